@@ -1,0 +1,60 @@
+# toolspoke: `make run` to try it, `make test` to check it. Both set up everything they need.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+DATA   ?= .data
+PEERS   = tests/peers
+
+.PHONY: run test lint unit e2e binary smoke bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-binary: pyproject.toml | $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[binary]'
+	touch $@
+
+$(PEERS)/node_modules/.installed: $(PEERS)/package.json $(PEERS)/package-lock.json
+	cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+## run: install and start on 127.0.0.1:8765 with the built-in demo toolkit
+run: $(VENV)/.installed
+	TOOLSPOKE_DATA_DIR=$(DATA) $(BIN)/toolspoke init
+	TOOLSPOKE_DATA_DIR=$(DATA) $(BIN)/toolspoke serve
+
+## test: lint, type-check and run every test (installs test deps and npm peers)
+test: lint unit
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check appliance tests build
+	$(BIN)/ruff format --check appliance tests build
+	$(BIN)/mypy
+
+unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed
+	$(BIN)/pytest -q
+
+## binary: one-file executable in dist/toolspoke
+binary: $(VENV)/.installed-binary
+	$(BIN)/pyinstaller --noconfirm --clean --log-level WARN \
+		--distpath dist --workpath .pyi-work toolspoke.spec
+
+## smoke: start the binary, initialize over MCP, search, call a tool, stop
+smoke: binary
+	$(BIN)/python build/smoke.py dist/toolspoke
+
+## bench: retrieval quality and latency figures (prints tables; not a test)
+bench: $(VENV)/.installed-test
+	$(BIN)/python tests/bench/run_all.py
+
+clean:
+	rm -rf .pyi-work dist .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Toolkits and tools: conversion from sources (pure) and the catalogue store."""

@@ -1,0 +1,211 @@
+"""The catalogue in SQLite: toolkits and tools, written in the caller's transaction.
+
+Functions take a ``ReadConn`` or ``WriteTx`` so that the gateway can store a toolkit,
+its tools and their search index in one transaction: an import is all or nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from appliance.db import ReadConn, WriteTx, dumps, loads
+from appliance.errors import Conflict, NotFound
+from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
+
+_TOOL_COLUMNS = """
+    t.id, t.name, t.upstream_name, t.grp, t.title, t.description, t.kind, t.input_schema,
+    t.binding, t.annotations, k.slug AS toolkit, k.source_kind, k.base_url, p.slug AS project
+"""
+_TOOL_FROM = """
+    FROM tools t JOIN toolkits k ON k.id = t.toolkit_id JOIN projects p ON p.id = k.project_id
+"""
+
+
+def _tool(row: Any) -> Tool:
+    return Tool(
+        id=row["id"],
+        name=row["name"],
+        toolkit=row["toolkit"],
+        project=row["project"],
+        upstream_name=row["upstream_name"],
+        group=row["grp"],
+        title=row["title"],
+        description=row["description"],
+        kind=row["kind"],
+        input_schema=loads(row["input_schema"]),
+        binding=loads(row["binding"]),
+        annotations=loads(row["annotations"]) or {},
+        source_kind=row["source_kind"],
+        base_url=row["base_url"],
+    )
+
+
+def _toolkit(row: Any) -> Toolkit:
+    return Toolkit(
+        id=row["id"],
+        slug=row["slug"],
+        project=row["project"],
+        source_kind=row["source_kind"],
+        title=row["title"],
+        description=row["description"],
+        guide=row["guide"],
+        base_url=row["base_url"],
+        source=row["source"],
+        tool_count=row["tool_count"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+async def project_id(conn: ReadConn, project: str) -> int:
+    row = await conn.one("SELECT id FROM projects WHERE slug = ?", (project,))
+    if row is None:
+        raise NotFound(f"no project named {project!r}", field="project")
+    return int(row["id"])
+
+
+async def ensure_project(tx: WriteTx, project: str) -> int:
+    row = await tx.one("SELECT id FROM projects WHERE slug = ?", (project,))
+    if row is not None:
+        return int(row["id"])
+    return await tx.run("INSERT INTO projects (slug, title) VALUES (?, ?)", (project, project))
+
+
+async def store_toolkit(
+    tx: WriteTx, draft: ToolkitDraft, *, project: str, replace: bool
+) -> tuple[int, list[tuple[int, ToolDraft]], list[int]]:
+    """Insert (or replace) a toolkit and its tools.
+
+    Returns the toolkit id, the new tools with their ids, and the ids of tools removed by
+    a replace (so the caller can drop them from the search index in the same transaction).
+    """
+    pid = await ensure_project(tx, project)
+    existing = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, draft.slug))
+    removed: list[int] = []
+    meta = dumps(draft.meta)
+    if existing is not None:
+        if not replace:
+            raise Conflict(
+                f"toolkit {draft.slug!r} already exists in project {project!r}; pass --replace to update it",
+                field="slug",
+            )
+        kit_id = int(existing["id"])
+        removed = [int(r["id"]) for r in await tx.all("SELECT id FROM tools WHERE toolkit_id = ?", (kit_id,))]
+        await tx.run("DELETE FROM tools WHERE toolkit_id = ?", (kit_id,))
+        await tx.run(
+            "UPDATE toolkits SET source_kind = ?, title = ?, description = ?, guide = ?, base_url = ?,"
+            " source = ?, meta = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+            (
+                draft.source_kind,
+                draft.title,
+                draft.description,
+                draft.guide,
+                draft.base_url,
+                draft.source,
+                meta,
+                kit_id,
+            ),
+        )
+    else:
+        kit_id = await tx.run(
+            "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
+            " source, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                pid,
+                draft.slug,
+                draft.source_kind,
+                draft.title,
+                draft.description,
+                draft.guide,
+                draft.base_url,
+                draft.source,
+                meta,
+            ),
+        )
+    stored: list[tuple[int, ToolDraft]] = []
+    for tool in draft.tools:
+        tool_id = await tx.run(
+            "INSERT INTO tools (toolkit_id, name, upstream_name, grp, title, description, kind,"
+            " input_schema, binding, annotations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                kit_id,
+                tool.name,
+                tool.upstream_name,
+                tool.group,
+                tool.title,
+                tool.description,
+                tool.kind,
+                dumps(tool.input_schema),
+                None if tool.binding is None else dumps(tool.binding),
+                dumps(tool.annotations),
+            ),
+        )
+        stored.append((tool_id, tool))
+    return kit_id, stored, removed
+
+
+async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> list[int]:
+    pid = await project_id(tx, project)
+    row = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, slug))
+    if row is None:
+        raise NotFound(f"no toolkit named {slug!r} in project {project!r}", field="toolkit")
+    ids = [int(r["id"]) for r in await tx.all("SELECT id FROM tools WHERE toolkit_id = ?", (row["id"],))]
+    await tx.run("DELETE FROM toolkits WHERE id = ?", (row["id"],))
+    return ids
+
+
+async def list_toolkits(conn: ReadConn, *, project: str | None = None) -> list[Toolkit]:
+    sql = (
+        "SELECT k.*, p.slug AS project, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id)"
+        " AS tool_count FROM toolkits k JOIN projects p ON p.id = k.project_id"
+    )
+    params: tuple[Any, ...] = ()
+    if project is not None:
+        sql += " WHERE p.slug = ?"
+        params = (project,)
+    rows = await conn.all(sql + " ORDER BY p.slug, k.slug", params)
+    return [_toolkit(r) for r in rows]
+
+
+async def find_toolkits(conn: ReadConn, slug: str, *, project: str | None = None) -> list[Toolkit]:
+    return [k for k in await list_toolkits(conn, project=project) if k.slug == slug]
+
+
+async def tool_names_by_toolkit(conn: ReadConn, toolkit_ids: Iterable[int]) -> dict[int, list[str]]:
+    ids = list(toolkit_ids)
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = await conn.all(
+        f"SELECT toolkit_id, name FROM tools WHERE toolkit_id IN ({marks}) ORDER BY toolkit_id, name", ids
+    )
+    out: dict[int, list[str]] = {i: [] for i in ids}
+    for r in rows:
+        out[int(r["toolkit_id"])].append(r["name"])
+    return out
+
+
+async def tools_named(conn: ReadConn, name: str, *, project: str | None = None) -> list[Tool]:
+    """Every tool with this exact name (one per project that installs its toolkit)."""
+    sql = f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.name = ?"
+    params: list[Any] = [name]
+    if project is not None:
+        sql += " AND p.slug = ?"
+        params.append(project)
+    return [_tool(r) for r in await conn.all(sql + " ORDER BY p.slug", params)]
+
+
+async def tools_by_ids(conn: ReadConn, ids: list[int]) -> list[Tool]:
+    """Tools in the order of ``ids`` (missing ids are skipped)."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = await conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks})", ids)
+    by_id = {int(r["id"]): _tool(r) for r in rows}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+async def tool_count(conn: ReadConn) -> int:
+    row = await conn.one("SELECT count(*) AS n FROM tools")
+    return int(row["n"])

@@ -1,0 +1,282 @@
+"""Settings: one declared table; defaults < toml file < environment < CLI flags.
+
+This is the only module that reads the environment. ``load`` is called once per process
+(by the CLI) and returns a frozen ``Settings``; everything else receives it.
+``docs/configuration.md`` documents every row of ``SETTINGS`` (a test enforces it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import ConfigError
+
+
+def _bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true/false, got {raw!r}")
+
+
+def _csv(raw: Any) -> tuple[str, ...]:
+    items = [str(x) for x in raw] if isinstance(raw, list | tuple) else str(raw).split(",")
+    return tuple(x.strip() for x in items if x.strip())
+
+
+def _cidrs(raw: Any) -> tuple[str, ...]:
+    out = []
+    for item in _csv(raw):
+        if item in ("*", "0.0.0.0/0", "::/0"):
+            # A wildcard would switch the SSRF guard off; name each network instead.
+            raise ValueError(f"{item!r} would allow every address; list the networks you mean")
+        out.append(str(ipaddress.ip_network(item, strict=False)))
+    return tuple(out)
+
+
+def _port(raw: Any) -> int:
+    value = int(raw)
+    if not 0 <= value <= 65535:
+        raise ValueError("must be between 0 and 65535")
+    return value
+
+
+def _positive(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def parse(raw: Any) -> Any:
+        value = kind(raw)
+        if value <= 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+    return parse
+
+
+def _default_data_dir() -> str:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return str(Path(base) / "toolspoke")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    env: str
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "data_dir",
+        "TOOLSPOKE_DATA_DIR",
+        None,
+        str,
+        "Directory holding the database and the master key file; created on first run "
+        "(default: $XDG_DATA_HOME/toolspoke or ~/.local/share/toolspoke).",
+    ),
+    Setting(
+        "host",
+        "TOOLSPOKE_HOST",
+        "127.0.0.1",
+        str,
+        "Address `serve` binds to. Loopback by default; bind wider only behind a proxy you trust.",
+    ),
+    Setting("port", "TOOLSPOKE_PORT", 8765, _port, "TCP port `serve` listens on (0 picks a free port)."),
+    Setting(
+        "admin_key",
+        "TOOLSPOKE_ADMIN_KEY",
+        None,
+        str,
+        "Admin API key that `init` installs instead of generating one (for automation). "
+        "Stored hashed; never printed back.",
+    ),
+    Setting(
+        "allowed_origins",
+        "TOOLSPOKE_ALLOWED_ORIGINS",
+        (),
+        _csv,
+        "Extra browser origins allowed on the MCP endpoint (comma-separated). Loopback "
+        "origins are always allowed; any other Origin gets 403.",
+    ),
+    Setting(
+        "allowed_hosts",
+        "TOOLSPOKE_ALLOWED_HOSTS",
+        (),
+        _csv,
+        "Extra Host header values accepted (comma-separated), e.g. a reverse proxy's name. "
+        "Loopback names are always accepted; others get 421 (DNS-rebinding defence).",
+    ),
+    Setting(
+        "allowed_tool_cidrs",
+        "ALLOWED_TOOL_CIDRS",
+        (),
+        _cidrs,
+        "Networks (CIDR, comma-separated) that tool calls may reach although they are not "
+        "public, e.g. 127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
+    ),
+    Setting(
+        "upstream_timeout_s",
+        "TOOLSPOKE_UPSTREAM_TIMEOUT_S",
+        30.0,
+        _positive(float),
+        "Total deadline in seconds for one upstream call, connect to last byte.",
+    ),
+    Setting(
+        "upstream_max_bytes",
+        "TOOLSPOKE_UPSTREAM_MAX_BYTES",
+        262144,
+        _positive(int),
+        "Largest upstream response body accepted, in bytes (decoded); larger is upstream_too_large.",
+    ),
+    Setting(
+        "max_request_bytes",
+        "TOOLSPOKE_MAX_REQUEST_BYTES",
+        4 * 1024 * 1024,
+        _positive(int),
+        "Largest request body the HTTP server accepts, in bytes (413 above).",
+    ),
+    Setting(
+        "import_max_bytes",
+        "TOOLSPOKE_IMPORT_MAX_BYTES",
+        32 * 1024 * 1024,
+        _positive(int),
+        "Largest OpenAPI document or catalogue file accepted by an import, in bytes.",
+    ),
+    Setting(
+        "search_default_limit",
+        "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
+        8,
+        _positive(int),
+        "Results `search_tools` returns when the caller gives no limit.",
+    ),
+    Setting(
+        "search_max_limit",
+        "TOOLSPOKE_SEARCH_MAX_LIMIT",
+        50,
+        _positive(int),
+        "Upper bound on `limit` for `search_tools` and `toolspoke search`.",
+    ),
+    Setting(
+        "session_ttl_s",
+        "TOOLSPOKE_SESSION_TTL_S",
+        3600.0,
+        _positive(float),
+        "Idle seconds after which a legacy (2025) MCP session expires; the client then gets 404.",
+    ),
+    Setting(
+        "max_sessions",
+        "TOOLSPOKE_MAX_SESSIONS",
+        10000,
+        _positive(int),
+        "Most legacy MCP sessions held at once; the least recently used is dropped beyond it.",
+    ),
+    Setting(
+        "demo",
+        "TOOLSPOKE_DEMO",
+        True,
+        _bool,
+        "Serve the built-in demo API and install it as the `demo` toolkit, so that a fresh "
+        "appliance has a tool whose calls really work with no internet.",
+    ),
+    Setting(
+        "log_level",
+        "TOOLSPOKE_LOG_LEVEL",
+        "INFO",
+        lambda v: str(v).upper(),
+        "Log level: DEBUG, INFO, WARNING or ERROR.",
+    ),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: str
+    host: str
+    port: int
+    admin_key: str | None
+    allowed_origins: tuple[str, ...]
+    allowed_hosts: tuple[str, ...]
+    allowed_tool_cidrs: tuple[str, ...]
+    upstream_timeout_s: float
+    upstream_max_bytes: int
+    max_request_bytes: int
+    import_max_bytes: int
+    search_default_limit: int
+    search_max_limit: int
+    session_ttl_s: float
+    max_sessions: int
+    demo: bool
+    log_level: str
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.data_dir) / "toolspoke.db"
+
+    @property
+    def master_key_path(self) -> Path:
+        return Path(self.data_dir) / "master.key"
+
+    def replace(self, **changes: Any) -> Settings:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return Settings(**values)
+
+
+def _parse(setting: Setting, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    try:
+        return setting.parse(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {setting.name} ({source}): {exc}", field=setting.name) from None
+
+
+def load(
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    config_file: str | None = None,
+) -> Settings:
+    """Resolve every setting; later sources win: default, toml file, environment, CLI."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+    path = config_file or env.get("TOOLSPOKE_CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        for key, raw in doc.items():
+            setting = _BY_NAME.get(key)
+            if setting is None:
+                raise ConfigError(f"config file {path}: unknown setting {key!r}", field=key)
+            values[key] = _parse(setting, raw, path)
+    for setting in SETTINGS:
+        if setting.env in env:
+            values[setting.name] = _parse(setting, env[setting.env], setting.env)
+    for key, raw in (cli or {}).items():
+        if raw is not None:
+            values[key] = _parse(_BY_NAME[key], raw, "command line")
+    if not values["data_dir"]:
+        values["data_dir"] = _default_data_dir()
+    values["data_dir"] = str(Path(values["data_dir"]).expanduser().resolve())
+    return Settings(**values)
+
+
+def environment_snapshot(names: tuple[str, ...]) -> dict[str, str]:
+    """The named environment variables that are set: what a stdio upstream may inherit."""
+    return {n: os.environ[n] for n in names if n in os.environ}

@@ -1,0 +1,187 @@
+"""SQLite connections: one writer, a few readers, sqlite-vec loaded, FTS5 checked.
+
+Why sqlean: many Python builds (this machine's included) compile ``sqlite3`` without
+loadable-extension support, and PyInstaller bundles whatever the build Python has.
+sqlean.py ships its own SQLite with extension loading and FTS5, so the appliance gets the
+same SQLite everywhere. aiosqlite takes it through its ``connector`` argument.
+
+Why one writer: SQLite allows one writer at a time anyway; funnelling every write through
+one connection behind an asyncio lock, in ``BEGIN IMMEDIATE``, means a transaction never
+interleaves with another task's (a shared aiosqlite connection otherwise mixes them) and
+never fails with SQLITE_BUSY half-way. Readers run concurrently in WAL mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import orjson
+import sqlean
+import sqlite_vec
+
+from appliance.errors import ConfigError, StorageError
+
+log = logging.getLogger(__name__)
+
+BUSY_TIMEOUT_MS = 5000
+READERS = 2
+
+
+def dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def loads(text: str | bytes | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+def _connect(path: str, *, writer: bool) -> sqlean.Connection:
+    conn = sqlean.connect(path, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlean.Row
+    try:
+        conn.enable_load_extension(True)
+        conn.load_extension(sqlite_vec.loadable_path())
+        conn.enable_load_extension(False)
+    except (AttributeError, sqlean.OperationalError) as exc:
+        raise ConfigError(
+            f"this SQLite cannot load the sqlite-vec extension ({exc}); "
+            "reinstall toolspoke with its pinned sqlean.py and sqlite-vec"
+        ) from None
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if writer:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: a committed charge or audit row survives power loss, not just a crash.
+        conn.execute("PRAGMA synchronous = FULL")
+    else:
+        conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def check_capabilities(conn: sqlean.Connection) -> None:
+    """Fail at start, with a message a person can act on, if FTS5 or vec0 is missing."""
+    options = {row[0] for row in conn.execute("PRAGMA compile_options")}
+    if "ENABLE_FTS5" not in options:
+        raise ConfigError("this SQLite build has no FTS5; toolspoke's search needs it")
+    try:
+        conn.execute("SELECT vec_version()").fetchone()
+    except sqlean.OperationalError:
+        raise ConfigError("sqlite-vec (vec0) is not loaded; toolspoke's vector search needs it") from None
+
+
+class ReadConn:
+    """A read-only connection lent to one task."""
+
+    def __init__(self, conn: aiosqlite.Connection):
+        self._conn = conn
+
+    async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        try:
+            async with self._conn.execute(sql, params) as cur:
+                return list(await cur.fetchall())
+        except sqlean.OperationalError as exc:
+            raise _storage_error(exc) from exc
+
+    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        rows = await self.all(sql, params)
+        return rows[0] if rows else None
+
+
+class WriteTx(ReadConn):
+    """The writer connection inside ``BEGIN IMMEDIATE``; commits when the block ends."""
+
+    async def run(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+        """Execute one statement; return lastrowid."""
+        try:
+            async with self._conn.execute(sql, params) as cur:
+                return cur.lastrowid or 0
+        except sqlean.OperationalError as exc:
+            raise _storage_error(exc) from exc
+
+    async def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        try:
+            await self._conn.executemany(sql, rows)
+        except sqlean.OperationalError as exc:
+            raise _storage_error(exc) from exc
+
+
+def _storage_error(exc: Exception) -> StorageError:
+    log.error("storage error: %s", exc)
+    return StorageError("storage unavailable; try again shortly")
+
+
+class Database:
+    """The appliance's SQLite database: ``async with db.write() as tx`` / ``db.read()``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._writer: aiosqlite.Connection | None = None
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all: list[aiosqlite.Connection] = []
+        self._write_lock = asyncio.Lock()
+
+    async def open(self, migrations_dir: Path, readers: int = READERS) -> None:
+        from appliance.db.migrate import apply_migrations
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        path = str(self.path)
+        try:
+            self._writer = await self._open_one(path, writer=True)
+            await self._writer._execute(check_capabilities, self._writer._conn)
+            await self._writer._execute(apply_migrations, self._writer._conn, migrations_dir)
+            for _ in range(readers):
+                self._readers.put_nowait(await self._open_one(path, writer=False))
+        except sqlean.DatabaseError as exc:
+            await self.close()
+            raise ConfigError(f"cannot open database {path}: {exc}") from None
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _open_one(self, path: str, *, writer: bool) -> aiosqlite.Connection:
+        conn = aiosqlite.Connection(lambda: _connect(path, writer=writer), 64)
+        self._all.append(conn)
+        return await conn
+
+    async def close(self) -> None:
+        conns, self._all = self._all, []
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                await conn.close()
+        self._writer = None
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[ReadConn]:
+        conn = await self._readers.get()
+        try:
+            yield ReadConn(conn)
+        finally:
+            self._readers.put_nowait(conn)
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[WriteTx]:
+        assert self._writer is not None, "database is not open"
+        async with self._write_lock:
+            conn = self._writer
+            try:
+                await conn.execute("BEGIN IMMEDIATE")
+            except sqlean.OperationalError as exc:
+                raise _storage_error(exc) from exc
+            try:
+                yield WriteTx(conn)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK")
+                raise
+            try:
+                await conn.execute("COMMIT")
+            except sqlean.OperationalError as exc:
+                with contextlib.suppress(Exception):
+                    await conn.execute("ROLLBACK")
+                raise _storage_error(exc) from exc

@@ -1,0 +1,141 @@
+"""The ApplianceError tree: every failure the appliance reports on purpose.
+
+::
+
+    ApplianceError                      500  -32603  internal (never carries details to clients)
+    ├── ConfigError                     (start-up only; CLI exit 2)
+    ├── StorageError                    503  -32003  storage_unavailable
+    ├── InvalidRequest                  400  -32600  invalid_request
+    │   └── ParseError                  400  -32700  parse_error
+    ├── MethodNotFound                  404  -32601  method_not_found
+    ├── InvalidParams                   422  -32602  invalid_params   (names the member in ``field``)
+    │   ├── ToolNotFound                404  -32602  tool_not_found   (same text for unseen and absent)
+    │   ├── ArgumentsInvalid            422  -32602  arguments_invalid (JSON pointer in ``field``)
+    │   └── WrongRunner                 422  -32602  wrong_runner
+    ├── NotFound                        404  -32602  not_found        (toolkits, projects)
+    ├── Conflict                        409  -32602  conflict
+    ├── ImportFailed                    422  -32602  import_failed    (bad spec; nothing stored)
+    ├── Unauthorized                    401  -32001  unauthorized
+    ├── Forbidden                       403  -32001  forbidden
+    └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
+        reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
+                 upstream_unavailable, upstream_redirect, ssrf_blocked, no_upstream
+
+Each class knows its HTTP status, JSON-RPC code and public reason; only ``web/`` turns
+them into HTTP responses and only ``rpc/`` into JSON-RPC errors. ``public_message`` is
+what a client may read: it never includes a traceback, a path or SQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApplianceError(Exception):
+    http_status = 500
+    rpc_code = -32603
+    reason = "internal"
+
+    def __init__(self, message: str, *, field: str | None = None, data: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.public_message = message
+        self.field = field
+        self.data = dict(data or {})
+
+    def payload(self) -> dict[str, Any]:
+        """Machine-readable details for the wire: reason, the named field and extras."""
+        out: dict[str, Any] = {"reason": self.reason}
+        if self.field is not None:
+            out["field"] = self.field
+        out.update(self.data)
+        return out
+
+
+class ConfigError(ApplianceError):
+    reason = "config"
+
+
+class StorageError(ApplianceError):
+    http_status = 503
+    rpc_code = -32003
+    reason = "storage_unavailable"
+
+
+class InvalidRequest(ApplianceError):
+    http_status = 400
+    rpc_code = -32600
+    reason = "invalid_request"
+
+
+class ParseError(InvalidRequest):
+    rpc_code = -32700
+    reason = "parse_error"
+
+
+class MethodNotFound(ApplianceError):
+    http_status = 404
+    rpc_code = -32601
+    reason = "method_not_found"
+
+
+class InvalidParams(ApplianceError):
+    http_status = 422
+    rpc_code = -32602
+    reason = "invalid_params"
+
+
+class ToolNotFound(InvalidParams):
+    http_status = 404
+    reason = "tool_not_found"
+
+
+class ArgumentsInvalid(InvalidParams):
+    reason = "arguments_invalid"
+
+
+class WrongRunner(InvalidParams):
+    reason = "wrong_runner"
+
+
+class NotFound(ApplianceError):
+    http_status = 404
+    rpc_code = -32602
+    reason = "not_found"
+
+
+class Conflict(ApplianceError):
+    http_status = 409
+    rpc_code = -32602
+    reason = "conflict"
+
+
+class ImportFailed(ApplianceError):
+    http_status = 422
+    rpc_code = -32602
+    reason = "import_failed"
+
+
+class Unauthorized(ApplianceError):
+    http_status = 401
+    rpc_code = -32001
+    reason = "unauthorized"
+
+
+class Forbidden(ApplianceError):
+    http_status = 403
+    rpc_code = -32001
+    reason = "forbidden"
+
+
+class UpstreamError(ApplianceError):
+    """The call left (or tried to leave) the gateway and the far side failed.
+
+    Becomes an ``isError`` tool result with ``reason`` in ``_meta``; never a protocol error.
+    """
+
+    http_status = 502
+    reason = "upstream_unavailable"
+
+    def __init__(self, message: str, *, reason: str = "upstream_unavailable", **kw: Any):
+        super().__init__(message, **kw)
+        self.reason = reason

@@ -1,0 +1,107 @@
+"""One tool call: resolve → check runner → validate → dispatch to the upstream.
+
+Later issues slot grants, rate limits, quotas, the vault and audit into ``call_tool``;
+it stays the single path every caller takes (bridge runners, direct ``tools/call``, CLI).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from appliance.catalogue import store
+from appliance.errors import InvalidParams, ToolNotFound, UpstreamError, WrongRunner
+from appliance.gateway.runtime import Runtime
+from appliance.gateway.validation import validate_arguments
+from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
+from appliance.upstream.openapi_call import call_operation
+
+log = logging.getLogger(__name__)
+
+
+def unknown_tool(name: str) -> ToolNotFound:
+    # One text for "absent" and (later) "not yours", so an error never reveals a tool exists.
+    return ToolNotFound(f"unknown tool {name!r}; find tools with search_tools", field="name")
+
+
+async def resolve_tool(rt: Runtime, name: str, *, project: str | None = None) -> Tool:
+    if not isinstance(name, str) or not name or len(name) > 256:
+        raise unknown_tool(str(name)[:80])
+    async with rt.db.read() as conn:
+        tools = await store.tools_named(conn, name, project=project)
+    if not tools:
+        raise unknown_tool(name)
+    if len(tools) > 1:
+        projects = [t.project for t in tools]
+        raise InvalidParams(
+            f"tool {name!r} is installed in several projects ({', '.join(projects)}); "
+            "name one with the 'project' argument",
+            field="project",
+            data={"projects": projects},
+        )
+    return tools[0]
+
+
+def check_runner(tool: Tool, runner: str) -> None:
+    right = RUNNER_FOR_KIND[tool.kind]
+    if runner != right:
+        raise WrongRunner(
+            f"{tool.name} is a {tool.kind} tool: call it with {right}, not {runner}; nothing was run",
+            field="tool",
+            data={"runner": right, "kind": tool.kind},
+        )
+
+
+async def call_tool(
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    project: str | None = None,
+    runner: str | None = None,
+) -> CallResult:
+    tool = await resolve_tool(rt, name, project=project)
+    if runner is not None:
+        check_runner(tool, runner)
+    validate_arguments(tool.input_schema, arguments)
+    started = time.perf_counter()
+    try:
+        result = await _dispatch(rt, tool, arguments)
+    except UpstreamError as exc:
+        result = CallResult(
+            content=[{"type": "text", "text": exc.public_message}],
+            is_error=True,
+            meta={"reason": exc.reason, **exc.data},
+        )
+    log.info(
+        "call tool=%s key=%s outcome=%s ms=%.1f",
+        tool.name,
+        principal.key_prefix,
+        "error" if result.is_error else "ok",
+        (time.perf_counter() - started) * 1000,
+    )
+    return result
+
+
+async def _dispatch(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallResult:
+    if tool.source_kind == "catalog" or tool.binding is None:
+        raise UpstreamError(
+            f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "
+            "file for search and description only, so it cannot be run",
+            reason="no_upstream",
+        )
+    base_url = tool.binding.get("base_url") or tool.base_url
+    if not base_url:
+        raise UpstreamError(
+            f"toolkit {tool.toolkit!r} has no base URL configured", reason="upstream_unavailable"
+        )
+    return await call_operation(
+        rt.egress,
+        base_url=base_url,
+        binding=tool.binding,
+        arguments=arguments,
+        timeout_s=rt.settings.upstream_timeout_s,
+        max_bytes=rt.settings.upstream_max_bytes,
+    )

@@ -1,0 +1,90 @@
+"""`toolspoke eval`: score the search an agent gets on labelled queries.
+
+Queries are JSONL: ``{"id", "query", "gold": ["toolkit/name", ...]}``. A gold string is
+compared whole (toolkits and names may contain ``/``) against each result's keys: the
+catalogue's own ``group/upstream_name`` (how the retrieval data sets label tools), the
+toolkit slug with the upstream name, and the gateway's exact tool name.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from appliance.errors import InvalidParams
+from appliance.gateway.runtime import Runtime
+from appliance.gateway.searching import search_tools
+from appliance.models import Tool
+from appliance.search import metrics
+
+
+def read_queries(data: bytes) -> list[dict[str, Any]]:
+    items = []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise InvalidParams(f"line {number}: not valid JSON", field=f"line {number}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("query"), str):
+            raise InvalidParams(f"line {number}: needs a string 'query'", field=f"line {number}")
+        gold = doc.get("gold")
+        if not isinstance(gold, list) or not gold or not all(isinstance(g, str) for g in gold):
+            raise InvalidParams(
+                f"line {number}: 'gold' must be a non-empty list of strings", field=f"line {number}"
+            )
+        items.append({"id": str(doc.get("id", number)), "query": doc["query"], "gold": gold})
+    if not items:
+        raise InvalidParams("the queries file has no queries", field="queries")
+    return items
+
+
+def _keys(tool: Tool) -> tuple[str, ...]:
+    return (f"{tool.group}/{tool.upstream_name}", f"{tool.toolkit}/{tool.upstream_name}", tool.name)
+
+
+def _ranked(tools: list[Tool], gold: set[str]) -> list[str]:
+    """Each result as the gold key it matches, else its primary key; distinct."""
+    out = []
+    for tool in tools:
+        keys = _keys(tool)
+        out.append(next((k for k in keys if k in gold), keys[0]))
+    return metrics.dedupe(out)
+
+
+async def evaluate(
+    rt: Runtime,
+    items: list[dict[str, Any]],
+    *,
+    limit: int = 100,
+    toolkit: str | None = None,
+    project: str | None = None,
+) -> dict[str, Any]:
+    per_query = []
+    latencies = []
+    worst: list[dict[str, Any]] = []
+    for item in items:
+        started = time.perf_counter()
+        tools, _ = await search_tools(
+            rt, item["query"], toolkit=toolkit, project=project, limit=limit, max_limit=limit
+        )
+        latencies.append((time.perf_counter() - started) * 1000)
+        gold = set(item["gold"])
+        scores = metrics.score_query(_ranked(tools, gold), gold)
+        per_query.append(scores)
+        if scores["MRR"] == 0.0:
+            worst.append({"id": item["id"], "query": item["query"][:120]})
+    avg = metrics.average(per_query)
+    return {
+        "queries": len(items),
+        "recall@1": avg["R@1"],
+        "recall@5": avg["R@5"],
+        "recall@10": avg["R@10"],
+        "ndcg@10": avg["nDCG@10"],
+        "mrr": avg["MRR"],
+        "latency_ms": metrics.latency_summary(latencies),
+        "missed": worst[:20],
+    }

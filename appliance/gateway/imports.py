@@ -1,0 +1,181 @@
+"""Imports: fetch → convert → store → index, in one transaction (all or nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from appliance.catalogue import store
+from appliance.catalogue.catalog_jsonl import convert_catalog
+from appliance.catalogue.naming import validate_slug
+from appliance.catalogue.openapi import convert_openapi
+from appliance.catalogue.spec_loader import parse_document
+from appliance.errors import ImportFailed
+from appliance.gateway.runtime import Runtime
+from appliance.models import ToolkitDraft
+from appliance.search import fts
+
+
+@dataclass
+class ImportReport:
+    slug: str
+    project: str
+    source: str
+    base_url: str | None
+    dry_run: bool
+    tools: list[dict[str, str]]
+    skipped: list[dict[str, str]]
+    replaced: bool = False
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "slug": self.slug,
+            "project": self.project,
+            "source": self.source,
+            "base_url": self.base_url,
+            "dry_run": self.dry_run,
+            "replaced": self.replaced,
+            "tool_count": len(self.tools),
+            "tools": self.tools,
+            "skipped": self.skipped,
+            "notes": self.notes,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+async def read_source(rt: Runtime, source: str) -> bytes:
+    """A local file, or an http(s) URL fetched through the egress guard."""
+    limit = rt.settings.import_max_bytes
+    if source.startswith(("http://", "https://")):
+        return await rt.egress.fetch_document(source, max_bytes=limit)
+    return await asyncio.to_thread(_read_file, source, limit)
+
+
+def _read_file(source: str, limit: int) -> bytes:
+    path = Path(source).expanduser()
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise ImportFailed(
+                f"{source} is {size} bytes, over the import limit of {limit} bytes", field="source"
+            )
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ImportFailed(f"no such file: {source}", field="source") from None
+    except IsADirectoryError:
+        raise ImportFailed(f"{source} is a directory, not a file", field="source") from None
+    except PermissionError:
+        raise ImportFailed(f"cannot read {source}: permission denied", field="source") from None
+
+
+async def _store(rt: Runtime, draft: ToolkitDraft, project: str, replace: bool) -> bool:
+    async with rt.db.write() as tx:
+        _, stored, removed = await store.store_toolkit(tx, draft, project=project, replace=replace)
+        if removed:
+            await fts.unindex(tx, removed)
+        await fts.index_tools(
+            tx,
+            [
+                fts.IndexRow(
+                    tool_id=tool_id,
+                    name=t.name,
+                    toolkit=draft.slug,
+                    group=t.group,
+                    upstream_name=t.upstream_name,
+                    description=t.description,
+                    input_schema=t.input_schema,
+                )
+                for tool_id, t in stored
+            ],
+        )
+    return bool(removed) or replace
+
+
+def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
+    return ImportReport(
+        slug=draft.slug,
+        project=project,
+        source=draft.source,
+        base_url=draft.base_url,
+        dry_run=dry_run,
+        tools=[{"name": t.name, "kind": t.kind, "title": t.title} for t in draft.tools],
+        skipped=[{"where": s.where, "reason": s.reason} for s in draft.skipped],
+        notes=list(draft.meta.get("notes", [])),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _convert_openapi(
+    raw: bytes, source: str, slug: str, base_url: str | None, max_bytes: int
+) -> ToolkitDraft:
+    spec = parse_document(raw, source=source, max_bytes=max_bytes)
+    return convert_openapi(spec, slug, source=source, base_url=base_url)
+
+
+async def import_openapi(
+    rt: Runtime,
+    source: str,
+    *,
+    slug: str,
+    project: str = "default",
+    base_url: str | None = None,
+    dry_run: bool = False,
+    replace: bool = False,
+    data: bytes | None = None,
+) -> ImportReport:
+    started = time.perf_counter()
+    validate_slug(slug)
+    validate_slug(project)
+    if base_url is not None:
+        rt.egress.check_url(base_url, field="base_url")
+    raw = data if data is not None else await read_source(rt, source)
+    # Parsing and converting a large spec takes a second or more: keep it off the event loop.
+    draft = await asyncio.to_thread(
+        _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes
+    )
+    if not draft.base_url or not draft.base_url.startswith(("http://", "https://")):
+        raise ImportFailed(
+            "the spec names no absolute server URL; pass --base-url (e.g. https://api.example.com/v1)",
+            field="base_url",
+        )
+    rt.egress.check_url(draft.base_url, field="base_url")
+    report = _report(draft, project, dry_run, started)
+    if not dry_run:
+        report.replaced = await _store(rt, draft, project, replace)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def import_catalog(
+    rt: Runtime,
+    source: str,
+    *,
+    slug: str,
+    project: str = "default",
+    dry_run: bool = False,
+    replace: bool = False,
+) -> ImportReport:
+    started = time.perf_counter()
+    validate_slug(slug)
+    validate_slug(project)
+    raw = await read_source(rt, source)
+    draft = await asyncio.to_thread(
+        convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
+    )
+    report = _report(draft, project, dry_run, started)
+    if not dry_run:
+        report.replaced = await _store(rt, draft, project, replace)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") -> int:
+    async with rt.db.write() as tx:
+        ids = await store.delete_toolkit(tx, slug, project=project)
+        await fts.unindex(tx, ids)
+    return len(ids)

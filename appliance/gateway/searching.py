@@ -1,0 +1,30 @@
+"""Search as every caller gets it: the bridge's search_tools, the CLI and `eval`."""
+
+from __future__ import annotations
+
+from appliance.catalogue import store
+from appliance.gateway.runtime import Runtime
+from appliance.models import Tool
+from appliance.search import fts
+
+
+async def search_tools(
+    rt: Runtime,
+    query: str,
+    *,
+    toolkit: str | None = None,
+    project: str | None = None,
+    limit: int | None = None,
+    max_limit: int | None = None,
+) -> tuple[list[Tool], str]:
+    """Best tools for ``query``, best first, and the name of the ranking that served them.
+
+    ``max_limit`` lifts the agent-facing cap for `toolspoke eval`, which scores the top 100.
+    """
+    settings = rt.settings
+    cap = max_limit or settings.search_max_limit
+    n = max(1, min(limit or settings.search_default_limit, cap))
+    async with rt.db.read() as conn:
+        hits = await fts.search(conn, query, limit=n, toolkit=toolkit, project=project)
+        tools = await store.tools_by_ids(conn, [tool_id for tool_id, _ in hits])
+    return tools, "lexical"

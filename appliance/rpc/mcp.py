@@ -1,0 +1,127 @@
+"""The MCP method table: initialize, ping, tools/list, tools/call, notifications.
+
+Transport-free: ``web/`` (streamable HTTP) and, later, the stdio face hand in a parsed
+``Message`` plus who is calling, and get back a JSON-RPC response object. Every
+ApplianceError becomes a JSON-RPC error here; anything unexpected becomes -32603 with a
+correlation id, the details going only to the server log.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from appliance import __version__
+from appliance.errors import ApplianceError, ArgumentsInvalid, InvalidParams, MethodNotFound
+from appliance.gateway import bridge
+from appliance.gateway.calls import call_tool
+from appliance.gateway.runtime import Runtime
+from appliance.models import CallResult, Principal
+from appliance.rpc import jsonrpc
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+LATEST = SUPPORTED_VERSIONS[0]
+DEFAULT_VERSION = "2025-03-26"  # what the transport spec says to assume without a header
+META_PREFIX = "toolspoke/"
+
+INSTRUCTIONS = (
+    "toolspoke is a tool gateway. Find tools with search_tools (describe the task), then run one with "
+    "the runner its result names: use_tool (read), run_tool (write) or run_destructive_tool. "
+    "list_toolkits shows what is installed; describe_tools gives full schemas."
+)
+
+
+@dataclass
+class CallContext:
+    principal: Principal
+    protocol_version: str
+
+
+def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
+    requested = params.get("protocolVersion")
+    if not isinstance(requested, str):
+        raise InvalidParams("'protocolVersion' must be a string", field="protocolVersion")
+    # A server that does not support the requested version answers with one it does.
+    version = requested if requested in SUPPORTED_VERSIONS else LATEST
+    return {
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": False}},
+        "serverInfo": {"name": "toolspoke", "title": "toolspoke tool gateway", "version": __version__},
+        "instructions": INSTRUCTIONS,
+    }
+
+
+def tool_result(result: CallResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
+    if result.structured is not None:
+        out["structuredContent"] = result.structured
+    if result.meta:
+        out["_meta"] = {META_PREFIX + k: v for k, v in result.meta.items()}
+    return out
+
+
+async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise InvalidParams("'name' must be a non-empty string", field="name")
+    arguments = params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise InvalidParams("'arguments' must be an object", field="arguments")
+    try:
+        if name in bridge.BRIDGE_NAMES:
+            result = await bridge.call_bridge(rt, ctx.principal, name, arguments)
+        else:
+            result = await call_tool(rt, ctx.principal, name, arguments)
+    except ArgumentsInvalid as exc:
+        # 2025-11-25 moved input-validation failures into tool results so the model can
+        # correct itself; earlier revisions expect a protocol error with the path.
+        if ctx.protocol_version in ("2025-03-26", "2025-06-18"):
+            raise
+        return tool_result(
+            CallResult(
+                content=[{"type": "text", "text": exc.public_message}], is_error=True, meta=exc.payload()
+            )
+        )
+    return tool_result(result)
+
+
+async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
+    """The result object for one request (raises ApplianceError for protocol errors)."""
+    method, params = msg.method, msg.params
+    if method == "ping":
+        return {}
+    if method == "tools/list":
+        cursor = params.get("cursor")
+        if cursor is not None:
+            raise InvalidParams("unknown cursor: tools/list has a single page", field="cursor")
+        return {"tools": await bridge.list_tools(rt)}
+    if method == "tools/call":
+        return await _tools_call(rt, ctx, params)
+    if method == "initialize":
+        return initialize_result(params)
+    raise MethodNotFound(f"method not found: {method}", field="method", data={"method": method})
+
+
+async def respond(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
+    """A full JSON-RPC response for a request; never raises."""
+    try:
+        return jsonrpc.result(msg.id, await dispatch(rt, ctx, msg))
+    except ApplianceError as exc:
+        if type(exc) is ApplianceError:
+            return internal_error(msg.id, exc)
+        return jsonrpc.error(msg.id, exc)
+    except Exception as exc:  # noqa: BLE001 - the one boundary where bugs become -32603
+        return internal_error(msg.id, exc)
+
+
+def internal_error(msg_id: Any, exc: BaseException) -> dict[str, Any]:
+    correlation = secrets.token_hex(8)
+    log.error("internal error %s", correlation, exc_info=exc)
+    err = ApplianceError(f"internal error; reference {correlation} in the server log")
+    return jsonrpc.error(msg_id, err, correlation)

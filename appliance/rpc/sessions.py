@@ -1,0 +1,74 @@
+"""Legacy (2025) MCP sessions: negotiated version and client info, nothing about identity.
+
+A session id only says which handshake a request belongs to. Who is calling always comes
+from the request's own credential, checked on every request; a session is bound to the
+key that opened it, so a stolen session id is useless without that key (and answers 404,
+exactly like an unknown id).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Session:
+    id: str
+    key_prefix: str
+    protocol_version: str
+    client_info: dict[str, Any]
+    initialized: bool = False
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+class SessionStore:
+    def __init__(self, ttl_s: float, max_sessions: int, clock: Callable[[], float] = time.monotonic):
+        self._ttl = ttl_s
+        self._max = max_sessions
+        self._clock = clock
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    def create(self, key_prefix: str, protocol_version: str, client_info: dict[str, Any]) -> Session:
+        self._expire()
+        # 32 random bytes, url-safe: visible ASCII as the transport requires, unguessable.
+        session = Session(
+            secrets.token_urlsafe(32), key_prefix, protocol_version, client_info, last_seen=self._clock()
+        )
+        self._sessions[session.id] = session
+        while len(self._sessions) > self._max:
+            self._sessions.popitem(last=False)
+        return session
+
+    def get(self, session_id: str, key_prefix: str) -> Session | None:
+        session = self._sessions.get(session_id)
+        if session is None or session.key_prefix != key_prefix:
+            return None
+        now = self._clock()
+        if now - session.last_seen > self._ttl:
+            del self._sessions[session_id]
+            return None
+        session.last_seen = now
+        self._sessions.move_to_end(session_id)
+        return session
+
+    def delete(self, session_id: str, key_prefix: str) -> bool:
+        if self.get(session_id, key_prefix) is None:
+            return False
+        del self._sessions[session_id]
+        return True
+
+    def _expire(self) -> None:
+        now = self._clock()
+        while self._sessions:
+            oldest = next(iter(self._sessions.values()))
+            if now - oldest.last_seen <= self._ttl:
+                break
+            self._sessions.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -1,0 +1,1 @@
+"""Search: safe FTS5 queries, lexical ranking, retrieval metrics."""

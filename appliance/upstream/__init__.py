@@ -1,0 +1,1 @@
+"""The egress seam: every byte that leaves the appliance goes through here."""

@@ -1,0 +1,359 @@
+"""The one HTTP client every upstream call goes through: pinned, capped and on a deadline.
+
+- ``PinnedTransport`` resolves and checks the host per request, then connects to the checked
+  address itself (URL host rewritten to the IP, ``Host`` header and TLS SNI kept), so DNS
+  rebinding between check and connect is impossible (anchors A2, A4).
+- ``Egress.send`` puts a TOTAL deadline around the call with ``asyncio.timeout``: httpx
+  timeouts are per network operation, and a server trickling one byte at a time never trips
+  them (A6, encode/httpx#1450).
+- The body is read raw and decompressed here with a bounded output, so a gzip bomb stops at
+  the byte cap instead of being inflated in one read (A6, the urllib3 advisories).
+- Redirects are never followed: a 3xx is an error naming where it pointed.
+
+Every failure is an ``UpstreamError`` whose message a client may read: it names the host,
+never the query string (credentials may live there), and never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+
+from appliance.config import Settings
+from appliance.errors import UpstreamError
+from appliance.upstream.guard import EgressPolicy, Resolver, host_port
+
+USER_AGENT = "toolspoke/0.1"
+# Only encodings we can decode with a bounded output; the caller cannot widen this.
+ACCEPT_ENCODING = "gzip, deflate"
+_MAX_LOCATION = 200
+# cookie-octet characters (RFC 6265) kept as they are; everything else is percent-encoded.
+_COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
+
+
+@dataclass(frozen=True)
+class HttpResponse:
+    """An upstream answer with its body fully read and decoded (at most the byte cap).
+
+    ``headers`` has lower-case names (repeated headers joined with ", "); Content-Encoding
+    and Content-Length are dropped because ``body`` is already decoded.
+    """
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    url: str = ""
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """Resolve + check the host, then send to the checked IP with Host and SNI unchanged."""
+
+    def __init__(self, policy: EgressPolicy, *, verify: ssl.SSLContext | bool = True) -> None:
+        self.policy = policy
+        # No keep-alive: the pool is keyed by (scheme, IP, port), so a TLS connection opened
+        # for one hostname could be reused for another name on the same IP without its own
+        # certificate check (A3's pool-reuse hazard). A fresh connection per call is cheap
+        # next to an upstream API call.
+        self._inner = httpx.AsyncHTTPTransport(
+            verify=verify,
+            trust_env=False,
+            retries=0,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host, port = host_port(request.url)
+        addresses = await self.policy.resolve(host, port)
+        pinned_url = request.url.copy_with(host=str(addresses[0]))
+        extensions = dict(request.extensions)
+        if request.url.scheme == "https":
+            extensions["sni_hostname"] = host
+        pinned = httpx.Request(
+            request.method,
+            pinned_url,
+            headers=request.headers,  # already carries Host: <original name>
+            stream=request.stream,
+            extensions=extensions,
+        )
+        return await self._inner.handle_async_request(pinned)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Egress:
+    """The process-wide upstream HTTP client (one per process; close with ``aclose``)."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy | Settings | None = None,
+        *,
+        timeout_s: float | None = None,
+        max_bytes: int | None = None,
+        resolver: Resolver | None = None,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
+        """From Settings (ALLOWED_TOOL_CIDRS, timeout, byte cap) or an explicit policy.
+
+        Explicit ``timeout_s``/``max_bytes`` win over the settings; ``resolver`` is for tests.
+        """
+        if isinstance(policy, Settings):
+            timeout_s = policy.upstream_timeout_s if timeout_s is None else timeout_s
+            max_bytes = policy.upstream_max_bytes if max_bytes is None else max_bytes
+            policy = EgressPolicy(policy.allowed_tool_cidrs, resolver=resolver)
+        self.policy = policy or EgressPolicy(resolver=resolver)
+        self.timeout_s = 30.0 if timeout_s is None else timeout_s
+        self.max_bytes = 262144 if max_bytes is None else max_bytes
+        self._client = httpx.AsyncClient(
+            transport=PinnedTransport(self.policy, verify=verify),
+            follow_redirects=False,
+            trust_env=False,  # proxy variables must not become a way around the pinning
+            timeout=httpx.Timeout(self.timeout_s),
+            headers={"User-Agent": USER_AGENT},
+        )
+
+    def check_url(self, url: str | httpx.URL, *, field: str = "url") -> httpx.URL:
+        """Vet a URL at registration time (shape and literal addresses); see EgressPolicy."""
+        return self.policy.check_url(url, field=field)
+
+    def allow_self(self, base_url: str) -> None:
+        """Let calls reach the appliance's own address and port (the built-in demo API)."""
+        host, port = host_port(httpx.URL(base_url))
+        self.policy.allow_endpoint(host, port)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def __aenter__(self) -> Egress:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def send(
+        self,
+        method: str,
+        url: str | httpx.URL,
+        *,
+        params: list[tuple[str, str]] | Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        cookies: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        json: Any = None,
+        data: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        max_bytes: int | None = None,
+    ) -> HttpResponse:
+        """Send one request and read the whole (decoded, capped) answer.
+
+        A non-3xx status of any kind is returned, not raised: what a 404 means is the
+        caller's business. Raises UpstreamError for everything else.
+        """
+        target = self.policy.check_url(url)
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        cap = self.max_bytes if max_bytes is None else max_bytes
+        host = target.host
+        out_headers = httpx.Headers(headers or {})
+        out_headers["Accept-Encoding"] = ACCEPT_ENCODING
+        if cookies:
+            # Built by hand: httpx deprecates per-request cookies, and a jar would keep
+            # state between calls of different toolkits.
+            jar = "; ".join(f"{k}={quote(str(v), safe=_COOKIE_SAFE)}" for k, v in cookies.items())
+            prior = out_headers.get("Cookie")
+            out_headers["Cookie"] = f"{prior}; {jar}" if prior else jar
+        try:
+            async with asyncio.timeout(deadline):
+                request = self._client.build_request(
+                    method,
+                    target,
+                    params=httpx.QueryParams(urlencode(params, doseq=True)) if params else None,
+                    headers=out_headers,
+                    content=content,
+                    json=json,
+                    data=data,
+                    timeout=httpx.Timeout(deadline),
+                )
+                response = await self._client.send(request, stream=True)
+                try:
+                    if 300 <= response.status_code < 400 and response.status_code != 304:
+                        raise _redirect(host, response)
+                    body = await _read_capped(response, cap, host)
+                finally:
+                    await response.aclose()
+        except UpstreamError:
+            raise
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise UpstreamError(
+                f"{host} did not answer within {deadline:g} s", reason="upstream_timeout"
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise _from_httpx(host, exc) from exc
+        except OSError as exc:  # a socket error httpcore did not wrap
+            raise UpstreamError(f"could not reach {host}", reason="upstream_unavailable") from exc
+        kept = {
+            k: ", ".join(response.headers.get_list(k))
+            for k in response.headers
+            if k not in ("content-encoding", "content-length", "transfer-encoding")
+        }
+        return HttpResponse(status=response.status_code, headers=kept, body=body, url=str(target))
+
+    async def fetch_document(
+        self, url: str, max_bytes: int | None = None, *, timeout_s: float | None = None
+    ) -> bytes:
+        """GET a document (an OpenAPI spec for ``import openapi URL``) under the same guard.
+
+        Returns the decoded body. An HTTP error status is a failure here: reason
+        upstream_unavailable, with the status in ``data``.
+        """
+        response = await self.send(
+            "GET",
+            url,
+            headers={"Accept": "application/json, application/yaml, text/yaml, */*;q=0.5"},
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+        )
+        if response.status >= 400:
+            host = httpx.URL(response.url).host
+            raise UpstreamError(
+                f"{host} answered HTTP {response.status} for the document",
+                reason="upstream_unavailable",
+                data={"status": response.status},
+            )
+        return response.body
+
+
+def _redirect(host: str, response: httpx.Response) -> UpstreamError:
+    location = response.headers.get("location", "")
+    try:
+        # Name where it pointed, but not its query: that may carry a token.
+        loc = httpx.URL(location)
+        shown = str(loc.copy_with(query=None, fragment=None)) + ("?…" if loc.query else "")
+    except httpx.InvalidURL:
+        shown = "an invalid Location"
+    shown = shown[:_MAX_LOCATION] if location else "(no Location)"
+    return UpstreamError(
+        f"{host} answered HTTP {response.status_code} redirecting to {shown}; redirects are not followed",
+        reason="upstream_redirect",
+        data={"status": response.status_code, "location": shown},
+    )
+
+
+def _from_httpx(host: str, exc: httpx.HTTPError) -> UpstreamError:
+    if isinstance(exc, httpx.ConnectError) and _is_tls(exc):
+        return UpstreamError(f"TLS handshake with {host} failed", reason="upstream_tls")
+    if isinstance(exc, httpx.ConnectError | httpx.ReadError | httpx.WriteError | httpx.CloseError):
+        return UpstreamError(
+            f"could not reach {host} (connection refused or reset)", reason="upstream_unavailable"
+        )
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return UpstreamError(f"{host} broke the HTTP protocol or closed early", reason="upstream_invalid")
+    if isinstance(exc, httpx.DecodingError):
+        return UpstreamError(f"{host} sent a body that could not be decoded", reason="upstream_invalid")
+    if isinstance(exc, httpx.LocalProtocolError):
+        return UpstreamError(
+            "the request could not be sent: an invalid header or body", reason="upstream_invalid"
+        )
+    return UpstreamError(f"the call to {host} failed", reason="upstream_unavailable")
+
+
+def _is_tls(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):  # walk the cause chain; httpcore wraps the ssl error
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError | ssl.CertificateError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _too_large(host: str, cap: int) -> UpstreamError:
+    return UpstreamError(
+        f"the answer from {host} is larger than {cap} bytes",
+        reason="upstream_too_large",
+        data={"max_bytes": cap},
+    )
+
+
+class _BoundedDecoder:
+    """gzip/deflate decoding that never produces more than ``limit`` bytes."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.encoding = encoding
+        self.limit = limit
+        self._wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._d = zlib.decompressobj(self._wbits)
+        self._started = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Decoded bytes for ``data``; at most ``limit + 1`` of them, so overflow shows."""
+        out = bytearray()
+        while data and len(out) <= self.limit:
+            try:
+                out += self._d.decompress(data, self.limit + 1 - len(out))
+            except zlib.error:
+                if self._started or self.encoding != "deflate" or self._wbits < 0:
+                    raise
+                # Some servers send raw deflate without the zlib header.
+                self._wbits = -zlib.MAX_WBITS
+                self._d = zlib.decompressobj(self._wbits)
+                continue
+            self._started = True
+            if self._d.eof:
+                data = self._d.unused_data  # another gzip member follows
+                self._d = zlib.decompressobj(self._wbits)
+            else:
+                data = self._d.unconsumed_tail
+        return bytes(out)
+
+    def finish(self) -> bytes:
+        """Output zlib still holds after the last chunk (bounded like ``feed``)."""
+        out = bytearray()
+        while len(out) <= self.limit:
+            more = self._d.decompress(self._d.unconsumed_tail, self.limit + 1 - len(out))
+            if not more:
+                break
+            out += more
+        return bytes(out)
+
+
+async def _read_capped(response: httpx.Response, cap: int, host: str) -> bytes:
+    encodings = [
+        e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()
+    ]
+    encodings = [e for e in encodings if e != "identity"]
+    if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "x-gzip", "deflate")):
+        raise UpstreamError(
+            f"{host} used an unsupported Content-Encoding {response.headers['content-encoding']!r}",
+            reason="upstream_invalid",
+        )
+    declared = response.headers.get("content-length", "")
+    if not encodings and declared.isdigit() and int(declared) > cap:
+        raise _too_large(host, cap)  # refuse before reading a byte
+    decoder = _BoundedDecoder(encodings[0], cap) if encodings else None
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_raw():
+            body += decoder.feed(chunk) if decoder else chunk
+            if len(body) > cap:
+                raise _too_large(host, cap)
+        if decoder:
+            body += decoder.finish()
+    except zlib.error as exc:
+        raise UpstreamError(
+            f"{host} sent a body that could not be decoded", reason="upstream_invalid"
+        ) from exc
+    if len(body) > cap:
+        raise _too_large(host, cap)
+    return bytes(body)

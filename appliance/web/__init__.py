@@ -1,0 +1,1 @@
+"""HTTP: the Sanic app, its blueprints and header checks; the only place errors become HTTP."""

@@ -1,0 +1,123 @@
+"""The Sanic app factory and its lifecycle: open the runtime, install the demo, serve."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import socket
+from typing import Any
+
+from sanic import Request, Sanic, response
+from sanic.response import HTTPResponse
+
+from appliance import __version__
+from appliance.config import Settings
+from appliance.db import dumps
+from appliance.errors import ApplianceError
+from appliance.gateway import imports
+from appliance.gateway.runtime import Runtime
+from appliance.rpc.sessions import SessionStore
+from appliance.web import admin, demo, mcp
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
+    app: Sanic = Sanic(name)
+    # Sanic's start-up touch-up reads its own source, which a one-file bundle lacks.
+    app.config.TOUCHUP = False
+    app.config.REQUEST_MAX_SIZE = settings.max_request_bytes
+    app.config.REQUEST_TIMEOUT = 30
+    app.config.RESPONSE_TIMEOUT = max(60, int(settings.upstream_timeout_s) + 15)
+    app.config.FALLBACK_ERROR_FORMAT = "json"
+    app.config.NOISY_EXCEPTIONS = False
+    app.ctx.settings = settings
+    app.ctx.sessions = SessionStore(settings.session_ttl_s, settings.max_sessions)
+    app.ctx.demo_notes = demo.NoteStore()
+    app.blueprint(mcp.bp)
+    app.blueprint(admin.bp)
+    if settings.demo:
+        app.blueprint(demo.bp)
+
+    @app.get("/health")
+    async def health(request: Request) -> HTTPResponse:
+        return response.json({"status": "ok", "version": __version__})
+
+    @app.exception(Exception)
+    async def on_error(request: Request, exc: Exception) -> HTTPResponse:
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            # Sanic's own 4xx (404 route, 405, 413 too large, 408 timeout): message only.
+            return response.json(
+                {"error": {"reason": "http_error", "message": str(exc)[:200]}}, status=status
+            )
+        if isinstance(exc, ApplianceError) and type(exc) is not ApplianceError:
+            return admin.error_response(exc)
+        correlation = secrets.token_hex(8)
+        log.error("unhandled error %s on %s %s", correlation, request.method, request.path, exc_info=exc)
+        return response.json(
+            {"error": {"reason": "internal", "message": f"internal error; reference {correlation}"}},
+            status=500,
+        )
+
+    @app.before_server_start
+    async def open_runtime(app: Sanic, _: Any) -> None:
+        rt = Runtime(settings)
+        await rt.open()
+        app.ctx.rt = rt
+
+    @app.after_server_start
+    async def announce(app: Sanic, _: Any) -> None:
+        rt: Runtime = app.ctx.rt
+        host, port = _bound_address(app)
+        rt.self_base_url = f"http://{_client_host(host)}:{port}"
+        if settings.demo:
+            await install_demo(rt)
+        # One parseable line on stdout: tests and scripts wait for it.
+        print(f"toolspoke {__version__} serving MCP on {rt.self_base_url}/mcp", flush=True)
+
+    @app.before_server_stop
+    async def close_runtime(app: Sanic, _: Any) -> None:
+        rt = getattr(app.ctx, "rt", None)
+        if rt is not None:
+            await rt.close()
+
+    return app
+
+
+def _bound_address(app: Sanic) -> tuple[str, int]:
+    # `serve` binds the socket itself (so port 0 works) and records what it got.
+    bound = getattr(app.ctx, "bound_address", None)
+    if bound is not None:
+        return str(bound[0]), int(bound[1])
+    return app.ctx.settings.host, app.ctx.settings.port
+
+
+def _client_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+async def install_demo(rt: Runtime) -> None:
+    """(Re)install the demo toolkit at this run's address; the notes API is served by us."""
+    assert rt.self_base_url is not None
+    rt.egress.allow_self(rt.self_base_url)
+    spec = demo.openapi_spec(rt.self_base_url)
+    try:
+        await imports.import_openapi(rt, "builtin:demo", slug="demo", replace=True, data=dumps(spec).encode())
+    except ApplianceError as exc:
+        log.warning("could not install the demo toolkit: %s", exc.public_message)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """Bind before Sanic starts, so port 0 works and the real port is known."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock

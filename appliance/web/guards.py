@@ -1,0 +1,77 @@
+"""Header checks every MCP request passes: Host (DNS rebinding), Origin, credentials.
+
+A browser page on evil.example can make a victim's browser POST to 127.0.0.1; the Origin
+check (403) stops that, and the Host check (421) stops DNS-rebinding, where the page's
+own name resolves to 127.0.0.1 and the browser sends ``Host: evil.example``.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from sanic import Request
+
+from appliance.access import keys
+from appliance.config import Settings
+from appliance.errors import Forbidden, Unauthorized
+from appliance.gateway.runtime import Runtime
+from appliance.models import Principal
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
+
+
+class MisdirectedRequest(Forbidden):
+    http_status = 421
+    reason = "misdirected_host"
+
+
+def _host_name(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def check_host(request: Request, settings: Settings) -> None:
+    host = request.headers.get("host", "")
+    name = _host_name(host)
+    allowed = {*LOOPBACK_NAMES, *(h.lower() for h in settings.allowed_hosts)}
+    if settings.host not in ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost"):
+        allowed.add(settings.host.lower())
+    if name not in allowed and host.lower() not in allowed:
+        raise MisdirectedRequest(f"Host {name!r} is not served here; add it to TOOLSPOKE_ALLOWED_HOSTS")
+
+
+def check_origin(request: Request, settings: Settings) -> None:
+    origin = request.headers.get("origin")
+    if origin is None:
+        return  # non-browser clients send none
+    parts = urlsplit(origin)
+    if parts.scheme in ("http", "https") and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"):
+        return
+    if origin in settings.allowed_origins:
+        return
+    raise Forbidden(f"Origin {origin!r} is not allowed; add it to TOOLSPOKE_ALLOWED_ORIGINS", field="origin")
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+async def authenticate(request: Request, rt: Runtime) -> Principal:
+    token = bearer_token(request)
+    if token is None:
+        raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
+    async with rt.db.read() as conn:
+        return await keys.authenticate(conn, token)
+
+
+async def require_admin(request: Request, rt: Runtime) -> Principal:
+    principal = await authenticate(request, rt)
+    if not principal.is_admin:
+        raise Forbidden("this endpoint needs an admin key")
+    return principal

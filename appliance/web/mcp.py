@@ -1,0 +1,178 @@
+"""``/mcp``: the MCP streamable HTTP transport (2025-03-26, 2025-06-18, 2025-11-25).
+
+One JSON-RPC message per POST. Requests are answered as JSON when the client accepts it
+(no 1 MiB SSE event limit to trip over), else as a one-event SSE stream. Notifications and
+responses get 202. ``initialize`` opens a session (``Mcp-Session-Id``); every later request
+must carry it (400 without, 404 once it is gone). The standalone GET stream is not offered
+(405): the gateway sends no unsolicited messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Blueprint, Request, response
+from sanic.response import HTTPResponse
+
+from appliance.errors import ApplianceError, InvalidRequest, MethodNotFound, Unauthorized
+from appliance.rpc import jsonrpc, mcp
+from appliance.rpc.sessions import SessionStore
+from appliance.web.guards import authenticate, check_host, check_origin
+
+bp = Blueprint("mcp")
+SESSION_HEADER = "mcp-session-id"
+VERSION_HEADER = "mcp-protocol-version"
+
+
+def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> HTTPResponse:
+    return response.raw(
+        jsonrpc.encode(payload), status=status, headers=headers, content_type="application/json"
+    )
+
+
+def _error(exc: ApplianceError, msg_id: Any = None, status: int | None = None) -> HTTPResponse:
+    headers = {}
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = 'Bearer realm="toolspoke", error="invalid_token"'
+    return _json(jsonrpc.error(msg_id, exc), status or exc.http_status, headers)
+
+
+def _wants_sse(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "text/event-stream" in accept and "application/json" not in accept and "*/*" not in accept
+
+
+def _accept_ok(request: Request) -> bool:
+    accept = request.headers.get("accept")
+    if not accept:
+        return True  # lenient: many simple clients send none
+    return any(t in accept for t in ("application/json", "text/event-stream", "*/*", "application/*"))
+
+
+def _reply(request: Request, payload: dict[str, Any], headers: dict[str, str]) -> HTTPResponse:
+    if _wants_sse(request):
+        body = b"event: message\ndata: " + jsonrpc.encode(payload) + b"\n\n"
+        return response.raw(
+            body, headers={**headers, "Cache-Control": "no-store"}, content_type="text/event-stream"
+        )
+    return _json(payload, 200, headers)
+
+
+def _sessions(request: Request) -> SessionStore:
+    store: SessionStore = request.app.ctx.sessions
+    return store
+
+
+async def _preflight(request: Request) -> Any:
+    rt = request.app.ctx.rt
+    check_host(request, rt.settings)
+    check_origin(request, rt.settings)
+    return await authenticate(request, rt)
+
+
+@bp.post("/mcp")
+async def post_mcp(request: Request) -> HTTPResponse:
+    try:
+        principal = await _preflight(request)
+    except ApplianceError as exc:
+        return _error(exc)
+    content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
+    if content_type != "application/json":
+        return _error(
+            InvalidRequest("Content-Type must be application/json", field="content-type"), status=415
+        )
+    if not _accept_ok(request):
+        return _error(
+            InvalidRequest("Accept must list application/json or text/event-stream", field="accept"),
+            status=406,
+        )
+    try:
+        msg = jsonrpc.parse(request.body)
+    except InvalidRequest as exc:
+        return _error(exc, exc.data.get("id"), status=400)
+
+    rt = request.app.ctx.rt
+    sessions = _sessions(request)
+    headers: dict[str, str] = {}
+    if msg.method == "initialize" and msg.kind == "request":
+        reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST), msg)
+        if "result" in reply:
+            client = msg.params.get("clientInfo")
+            opened = sessions.create(
+                principal.key_prefix,
+                reply["result"]["protocolVersion"],
+                client if isinstance(client, dict) else {},
+            )
+            headers["Mcp-Session-Id"] = opened.id
+        return _reply(request, reply, headers)
+
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is None:
+        if msg.kind == "request" and msg.method == "server/discover":
+            # The stateless 2026-07-28 probe: a JSON-RPC error makes SDK 2.x clients fall
+            # back to the initialize handshake on the same connection.
+            return _json(
+                jsonrpc.error(
+                    msg.id,
+                    MethodNotFound("server/discover is not supported here; use initialize", field="method"),
+                )
+            )
+        if msg.kind == "request" and msg.method == "ping":
+            return _reply(request, jsonrpc.result(msg.id, {}), headers)
+        return _error(
+            InvalidRequest("missing Mcp-Session-Id header: send initialize first", field="mcp-session-id"),
+            msg.id,
+            status=400,
+        )
+    live = sessions.get(session_id, principal.key_prefix)
+    if live is None:
+        return _error(
+            InvalidRequest("session not found or expired: initialize again", field="mcp-session-id"),
+            msg.id,
+            status=404,
+        )
+    session = live
+    version = request.headers.get(VERSION_HEADER)
+    if version is not None and version not in mcp.SUPPORTED_VERSIONS:
+        return _error(
+            InvalidRequest(
+                f"unsupported MCP-Protocol-Version {version!r}",
+                field="mcp-protocol-version",
+                data={"supported": list(mcp.SUPPORTED_VERSIONS)},
+            ),
+            msg.id,
+            status=400,
+        )
+    if msg.kind != "request":
+        if msg.method == "notifications/initialized":
+            session.initialized = True
+        return response.empty(status=202)
+    reply = await mcp.respond(rt, mcp.CallContext(principal, session.protocol_version), msg)
+    return _reply(request, reply, headers)
+
+
+@bp.get("/mcp")
+async def get_mcp(request: Request) -> HTTPResponse:
+    try:
+        await _preflight(request)
+    except ApplianceError as exc:
+        return _error(exc)
+    return response.text(
+        "this server offers no standalone SSE stream; POST requests instead",
+        status=405,
+        headers={"Allow": "POST, DELETE"},
+    )
+
+
+@bp.delete("/mcp")
+async def delete_mcp(request: Request) -> HTTPResponse:
+    try:
+        principal = await _preflight(request)
+    except ApplianceError as exc:
+        return _error(exc)
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is None:
+        return _error(InvalidRequest("missing Mcp-Session-Id header", field="mcp-session-id"), status=400)
+    if not _sessions(request).delete(session_id, principal.key_prefix):
+        return _error(InvalidRequest("session not found", field="mcp-session-id"), status=404)
+    return response.empty(status=204)

@@ -1,0 +1,123 @@
+"""Smoke test of the one-file binary: start it, initialize over MCP, search, call a tool, stop.
+
+Run as ``python build/smoke.py dist/toolspoke``. Uses the built-in demo toolkit, so it
+needs no network and no upstream of its own. Prints the binary's size and its time from
+start to a served ``initialize``; exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+KEY = "tsk_smoke-test-key-0123456789abcdefghijklmnop"
+DEADLINE_S = 60
+
+
+def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {KEY}",
+            **headers,
+        },
+    )
+    assert url.startswith("http://127.0.0.1:")  # the loopback server this script started
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read()), dict(resp.headers)
+
+
+def main() -> int:
+    binary = Path(sys.argv[1]).resolve()
+    size_mb = binary.stat().st_size / 1e6
+    data = tempfile.mkdtemp(prefix="toolspoke-smoke-")
+    env = {**os.environ, "TOOLSPOKE_DATA_DIR": data, "TOOLSPOKE_ADMIN_KEY": KEY}
+    init = subprocess.run([str(binary), "init"], env=env, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert init.returncode == 0, init.stderr
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [str(binary), "serve", "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    found: list[str] = []
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            match = re.search(r"serving MCP on (\S+)", line)
+            if match:
+                found.append(match.group(1))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        while not found:
+            if proc.poll() is not None or time.perf_counter() - started > DEADLINE_S:
+                print("".join(lines), file=sys.stderr)
+                raise SystemExit("binary did not start")
+            reader.join(0.05)
+        url = found[0]
+        init_msg = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "smoke", "version": "1"},
+            },
+        }
+        result, headers = post(url, init_msg, {})
+        ready_s = time.perf_counter() - started
+        assert result["result"]["serverInfo"]["name"] == "toolspoke", result
+        session = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "MCP-Protocol-Version": "2025-11-25"}
+        listed, _ = post(url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+        assert "search_tools" in {t["name"] for t in listed["result"]["tools"]}, listed
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "search_tools", "arguments": {"query": "create a note"}},
+        }
+        found_tools, _ = post(url, call, session)
+        names = [r["name"] for r in found_tools["result"]["structuredContent"]["results"]]
+        assert "demo__createNote" in names, names
+        call = {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {
+                "name": "run_tool",
+                "arguments": {"tool": "demo__createNote", "input": {"body": {"title": "smoke"}}},
+            },
+        }
+        created, _ = post(url, call, session)
+        assert created["result"]["isError"] is False, created
+        assert created["result"]["structuredContent"]["title"] == "smoke", created
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Lexical search latency at 10,000 and 100,000 tools: p50/p95/p99 of ``fts.search``.
+
+Run from the repo root: ``.venv/bin/python tests/bench/search_latency.py [sizes...]``.
+
+The catalogue replicates the four bench catalogues (3,733 tools) under varied toolkit slugs,
+groups and OpenAPI-style names (``listAcmeInvoices``, ``get_orders_by_id_v2``) so that rows
+are distinct and term statistics look like a large real gateway rather than 27 identical
+copies. Queries: 400 dev queries drawn from the four data sets plus 100 exact tool names.
+Timing is end to end through aiosqlite, as the gateway calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from appliance.db.connection import Database, dumps
+from appliance.search import fts, metrics
+
+BENCH = Path("/work/shared/bench/retrieval")
+SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
+MIGRATIONS = Path("migrations")
+_VENDOR_TEXT = "acme contoso globex initech umbrella stark wayne hooli vandelay soylent tyrell cyberdyne"
+VENDORS = tuple(_VENDOR_TEXT.split())
+VERBS = ("list", "get", "create", "update", "delete", "search", "fetch", "sync")
+_NOUN_TEXT = "invoice order customer ticket repo issue pet user payment shipment report event"
+NOUNS = tuple(_NOUN_TEXT.split())
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def openapi_style(name: str, rng: random.Random) -> str:
+    """A catalogue name rewritten as an operationId in one of the common styles."""
+    words = [w for w in "".join(c if c.isalnum() else " " for c in name).split() if w][:5] or ["op"]
+    verb = rng.choice(VERBS)
+    style = rng.randrange(3)
+    if style == 0:
+        return verb + "".join(w.capitalize() for w in words)
+    if style == 1:
+        return "_".join([verb, *(w.lower() for w in words)]) + rng.choice(("", "_v2", "_by_id"))
+    return name
+
+
+async def build(db: Database, size: int) -> list[str]:
+    """Store and index ``size`` tools; return a sample of their names for exact-name queries."""
+    rng = random.Random(size)
+    base = [(s, line) for s in SETS for line in read_jsonl(BENCH / s / "catalog.jsonl")]
+    names: list[str] = []
+    n = 0
+    copy = 0
+    while n < size:
+        vendor = VENDORS[copy % len(VENDORS)]
+        async with db.write() as tx:
+            kits: dict[str, int] = {}
+            rows = []
+            for dataset, line in base:
+                if n >= size:
+                    break
+                slug = f"{dataset}-{vendor}-{copy}"
+                if slug not in kits:
+                    kits[slug] = await tx.run(
+                        "INSERT INTO toolkits (project_id, slug, source_kind) VALUES (1, ?, 'catalog')",
+                        (slug,),
+                    )
+                upstream = line["name"] if copy == 0 else openapi_style(line["name"], rng)
+                if copy and rng.random() < 0.3:
+                    upstream += rng.choice(NOUNS).capitalize()
+                group = line["toolkit"] if copy == 0 else f"{line['toolkit']} {vendor}"
+                name = f"{slug}__{n}"
+                schema = line.get("input_schema") or {}
+                tool_id = await tx.run(
+                    "INSERT INTO tools (toolkit_id, name, upstream_name, grp, description, kind,"
+                    " input_schema) VALUES (?, ?, ?, ?, ?, 'read', ?)",
+                    (kits[slug], name, upstream, group, line.get("description") or "", dumps(schema)),
+                )
+                rows.append(
+                    fts.IndexRow(tool_id, name, slug, group, line.get("description") or "", schema, upstream)
+                )
+                if rng.random() < 150 / size:
+                    names.append(name if rng.random() < 0.5 else upstream)
+                n += 1
+            await fts.index_tools(tx, rows)
+        copy += 1
+    return names
+
+
+def queries(names: list[str], rng: random.Random) -> list[str]:
+    prose = [q["query"] for s in SETS for q in read_jsonl(BENCH / s / "queries-dev.jsonl")]
+    picked = rng.sample(prose, 400) + rng.sample(names, min(100, len(names)))
+    rng.shuffle(picked)
+    return picked
+
+
+async def measure(size: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Database(Path(tmp) / "latency.db")
+        await db.open(MIGRATIONS)
+        try:
+            t0 = time.perf_counter()
+            names = await build(db, size)
+            built = time.perf_counter() - t0
+            qs = queries(names, random.Random(7))
+            ms: list[float] = []
+            async with db.read() as conn:
+                for q in qs[:50]:  # warm the page cache
+                    await fts.search(conn, q, limit=10)
+                for q in qs:
+                    t = time.perf_counter()
+                    await fts.search(conn, q, limit=10)
+                    ms.append((time.perf_counter() - t) * 1000)
+        finally:
+            await db.close()
+    return {**metrics.latency_summary(ms), "n": len(ms), "build_s": built}
+
+
+async def main(sizes: list[int]) -> None:
+    print("| tools | queries | p50 ms | p95 ms | p99 ms | build s |")
+    print("|---|---|---|---|---|---|")
+    for size in sizes:
+        r = await measure(size)
+        print(
+            f"| {size:,} | {r['n']:.0f} | {r['p50']:.2f} | {r['p95']:.2f} | {r['p99']:.2f} "
+            f"| {r['build_s']:.1f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main([int(a) for a in sys.argv[1:]] or [10_000, 100_000]))

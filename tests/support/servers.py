@@ -1,0 +1,218 @@
+"""Real processes and servers for end-to-end tests: the appliance itself and HTTP upstreams.
+
+Every wait is bounded: a server that does not come up within its deadline fails the test
+with what it printed, instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "openapi"
+ADMIN_KEY = "tsk_test-admin-key-0123456789abcdefghijklmnop"
+READY = re.compile(r"serving MCP on (http://\S+)/mcp")
+
+
+@dataclass
+class Appliance:
+    base_url: str
+    key: str
+    data_dir: Path
+    proc: subprocess.Popen[str]
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def mcp_url(self) -> str:
+        return self.base_url + "/mcp"
+
+
+def cli(
+    data_dir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    command: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the toolspoke CLI as a user would (a new process), bounded by ``timeout``."""
+    full_env = {**os.environ, "TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
+    cmd = command or [sys.executable, "-m", "appliance"]
+    return subprocess.run(
+        [*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO, check=False
+    )
+
+
+@contextmanager
+def running_appliance(
+    data_dir: Path,
+    *,
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    start_timeout: float = 60,
+) -> Iterator[Appliance]:
+    """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address."""
+    full_env = {
+        **os.environ,
+        "TOOLSPOKE_DATA_DIR": str(data_dir),
+        "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
+        "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
+        **(env or {}),
+    }
+    cmd = command or [sys.executable, "-m", "appliance"]
+    init = subprocess.run(
+        [*cmd, "init"],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=start_timeout,
+        cwd=REPO,
+        check=False,
+    )
+    assert init.returncode == 0, init.stderr
+    proc = subprocess.Popen(
+        [*cmd, "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        cwd=REPO,
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    base_url = None
+    try:
+        while base_url is None:
+            try:
+                line = lines.get(timeout=start_timeout)
+            except queue.Empty:
+                raise AssertionError(
+                    f"appliance did not start in {start_timeout}s:\n{''.join(output)}"
+                ) from None
+            if line is None:
+                raise AssertionError(f"appliance exited ({proc.wait(5)}):\n{''.join(output)}")
+            match = READY.search(line)
+            if match:
+                base_url = match.group(1)
+        yield Appliance(base_url, ADMIN_KEY, data_dir, proc, output)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        reader.join(timeout=5)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: bytes
+
+
+class PetstoreUpstream:
+    """A real HTTP server implementing the OAI petstore (listPets, createPets, showPetById).
+
+    It records every request it receives, so tests can check what the gateway sent.
+    """
+
+    def __init__(self) -> None:
+        self.requests: list[Recorded] = []
+        self.pets: dict[int, dict[str, Any]] = {
+            1: {"id": 1, "name": "Rex", "tag": "dog"},
+            2: {"id": 2, "name": "Tom", "tag": "cat"},
+        }
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _record(self) -> Recorded:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                parts = urlsplit(self.path)
+                rec = Recorded(
+                    self.command,
+                    parts.path,
+                    parse_qs(parts.query),
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                )
+                outer.requests.append(rec)
+                return rec
+
+            def _send(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                rec = self._record()
+                if rec.path == "/v1/pets":
+                    limit = int(rec.query.get("limit", ["100"])[0])
+                    self._send(200, list(outer.pets.values())[:limit])
+                elif rec.path.startswith("/v1/pets/"):
+                    pet = outer.pets.get(int(rec.path.rsplit("/", 1)[1]) if rec.path[9:].isdigit() else -1)
+                    self._send(200, pet) if pet else self._send(404, {"code": 404, "message": "no such pet"})
+                else:
+                    self._send(404, {"code": 404, "message": "not found"})
+
+            def do_POST(self) -> None:
+                rec = self._record()
+                if rec.path == "/v1/pets":
+                    self.send_response(201)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                else:
+                    self._send(404, {"code": 404, "message": "not found"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> PetstoreUpstream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
