@@ -24,7 +24,7 @@ $(VENV)/.installed-binary: pyproject.toml | $(VENV)/.installed
 	touch $@
 
 $(PEERS)/node_modules/.installed: $(PEERS)/package.json $(PEERS)/package-lock.json
-	cd $(PEERS) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(PEERS) && npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## run: install and start on 127.0.0.1:8765 with the built-in demo toolkit
