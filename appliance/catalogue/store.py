@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from appliance.db import ReadConn, WriteTx, dumps, loads
+from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, NotFound
 from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
 
@@ -198,10 +198,15 @@ async def tools_named(conn: ReadConn, name: str, *, project: str | None = None) 
 
 async def tools_by_ids(conn: ReadConn, ids: list[int]) -> list[Tool]:
     """Tools in the order of ``ids`` (missing ids are skipped)."""
+    return await conn.batch(lambda r: tools_by_ids_in(r, ids))
+
+
+def tools_by_ids_in(conn: SyncReader, ids: list[int]) -> list[Tool]:
+    """``tools_by_ids`` inside a batch (see ``ReadConn.batch``)."""
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    rows = await conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks})", ids)
+    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks})", ids)
     by_id = {int(r["id"]): _tool(r) for r in rows}
     return [by_id[i] for i in ids if i in by_id]
 

@@ -1,5 +1,5 @@
 """The only user of aiosqlite: connections, one writer, readers, migrations."""
 
-from appliance.db.connection import Database, ReadConn, WriteTx, dumps, loads
+from appliance.db.connection import Database, ReadConn, SyncReader, WriteTx, dumps, loads
 
-__all__ = ["Database", "ReadConn", "WriteTx", "dumps", "loads"]
+__all__ = ["Database", "ReadConn", "SyncReader", "WriteTx", "dumps", "loads"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import orjson
@@ -29,7 +29,10 @@ from appliance.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
+CACHE_KIB = 32 * 1024
+MMAP_BYTES = 512 * 1024 * 1024
 READERS = 2
 
 
@@ -55,6 +58,10 @@ def _connect(path: str, *, writer: bool) -> sqlean.Connection:
         ) from None
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
+    # Search reads the FTS index on every query: keep its pages in memory (a 100k-tool
+    # catalogue is ~130 MB) instead of copying them through read() each time.
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     if writer:
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a committed charge or audit row survives power loss, not just a crash.
@@ -75,11 +82,53 @@ def check_capabilities(conn: sqlean.Connection) -> None:
         raise ConfigError("sqlite-vec (vec0) is not loaded; toolspoke's vector search needs it") from None
 
 
+class SyncReader:
+    """The same connection, used synchronously inside its own thread (see ``ReadConn.batch``).
+
+    ``memo`` is a scratch dict that stays valid until the database changes: it is cleared
+    whenever ``PRAGMA data_version`` moves, which it does after any commit by any other
+    connection or process. Rooms use it to cache derived figures (e.g. token frequencies).
+    """
+
+    def __init__(self, conn: sqlean.Connection, memo: dict[str, Any]):
+        self._conn = conn
+        self.memo = memo
+
+    def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        return list(self._conn.execute(sql, params).fetchall())
+
+    def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
+        return self._conn.execute(sql, params).fetchone()
+
+
+_MEMOS: dict[int, tuple[int, dict[str, Any]]] = {}
+
+
+def _run_batch(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
+    version = conn.execute("PRAGMA data_version").fetchone()[0]
+    seen = _MEMOS.get(id(conn))
+    if seen is None or seen[0] != version:
+        seen = (version, {})
+        _MEMOS[id(conn)] = seen
+    return fn(SyncReader(conn, seen[1]))
+
+
 class ReadConn:
     """A read-only connection lent to one task."""
 
     def __init__(self, conn: aiosqlite.Connection):
         self._conn = conn
+
+    async def batch(self, fn: Callable[[SyncReader], T]) -> T:
+        """Run ``fn`` in the connection's thread: several statements for one thread hop.
+
+        Each ``await`` on aiosqlite costs a hop to its thread and back (~0.2 ms here); the
+        search path runs three statements per query, so it batches them.
+        """
+        try:
+            return await self._conn._execute(_run_batch, self._conn._conn, fn)
+        except sqlean.OperationalError as exc:
+            raise _storage_error(exc) from exc
 
     async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
         try:
@@ -152,9 +201,25 @@ class Database:
     async def close(self) -> None:
         conns, self._all = self._all, []
         for conn in conns:
+            if conn._connection is not None:
+                _MEMOS.pop(id(conn._connection), None)
             with contextlib.suppress(Exception):
                 await conn.close()
         self._writer = None
+
+    async def checkpoint(self) -> None:
+        """Fold the WAL back into the database file after a large write.
+
+        Readers look pages up through the WAL index while it holds them; after an import of
+        thousands of tools that made every search measurably slower until SQLite's own
+        checkpoint caught up.
+        """
+        assert self._writer is not None, "database is not open"
+        async with self._write_lock:
+            try:
+                await self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlean.OperationalError as exc:
+                log.warning("checkpoint skipped: %s", exc)
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[ReadConn]:

@@ -93,6 +93,8 @@ async def _store(rt: Runtime, draft: ToolkitDraft, project: str, replace: bool) 
                 for tool_id, t in stored
             ],
         )
+        await fts.optimize(tx)
+    await rt.db.checkpoint()
     return bool(removed) or replace
 
 
@@ -178,4 +180,5 @@ async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
     async with rt.db.write() as tx:
         ids = await store.delete_toolkit(tx, slug, project=project)
         await fts.unindex(tx, ids)
+        await fts.optimize(tx)
     return len(ids)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from appliance.catalogue import store
+from appliance.db import SyncReader
 from appliance.gateway.runtime import Runtime
 from appliance.models import Tool
 from appliance.search import fts
@@ -24,7 +25,12 @@ async def search_tools(
     settings = rt.settings
     cap = max_limit or settings.search_max_limit
     n = max(1, min(limit or settings.search_default_limit, cap))
+
+    def ranked(reader: SyncReader) -> list[Tool]:
+        # Ranking and loading the tools share one hop to the reader's thread.
+        hits = fts.search_in(reader, query, limit=n, toolkit=toolkit, project=project)
+        return store.tools_by_ids_in(reader, [tool_id for tool_id, _ in hits])
+
     async with rt.db.read() as conn:
-        hits = await fts.search(conn, query, limit=n, toolkit=toolkit, project=project)
-        tools = await store.tools_by_ids(conn, [tool_id for tool_id, _ in hits])
+        tools = await conn.batch(ranked)
     return tools, "lexical"

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from appliance.db.connection import ReadConn, WriteTx
+from appliance.db.connection import ReadConn, SyncReader, WriteTx
 from appliance.search.text import action_of, index_text, query_tokens, quote
 
 # Column weights for bm25(): name, toolkit, description, params, exact. Names and toolkit
@@ -90,6 +90,16 @@ async def index_tools(tx: WriteTx, rows: list[IndexRow]) -> None:
     )
 
 
+async def optimize(tx: WriteTx) -> None:
+    """Merge the index into one segment after a batch of changes.
+
+    Every insert transaction adds an FTS5 segment, and a query walks each segment's b-tree:
+    on a 10,000-tool catalogue built in 27 batches a ranked query took 1.36 ms at the median,
+    0.81 ms once merged. Merging costs ~30 ms per 10,000 tools, so imports pay it once.
+    """
+    await tx.run("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
+
+
 async def unindex(tx: WriteTx, tool_ids: Sequence[int]) -> None:
     """Remove tools from the index; ids that are not there are ignored."""
     await tx.run_many("DELETE FROM tools_fts WHERE rowid = ?", [(int(i),) for i in tool_ids])
@@ -97,6 +107,23 @@ async def unindex(tx: WriteTx, tool_ids: Sequence[int]) -> None:
 
 async def search(
     conn: ReadConn,
+    query: str,
+    *,
+    limit: int,
+    toolkit: str | None = None,
+    project: str | None = None,
+    allowed_toolkit_ids: Collection[int] | None = None,
+) -> list[tuple[int, float]]:
+    """``search_in`` in one hop to the connection's thread."""
+    return await conn.batch(
+        lambda r: search_in(
+            r, query, limit=limit, toolkit=toolkit, project=project, allowed_toolkit_ids=allowed_toolkit_ids
+        )
+    )
+
+
+def search_in(
+    conn: SyncReader,
     query: str,
     *,
     limit: int,
@@ -115,7 +142,7 @@ async def search(
         return []
     trimmed = query.strip()
     exact = quote(exact_token(trimmed)) if trimmed and len(trimmed) <= _MAX_NAME_CHARS else None
-    expr = await _affordable(conn, query_tokens(query))
+    expr = _affordable(conn, query_tokens(query))
     if expr is None and exact is None:
         return []
     filters, params = _filters(toolkit, project, allowed_toolkit_ids)
@@ -129,11 +156,11 @@ async def search(
         parts.append(_select(filters, ranked=True))
         args += [expr, *params, limit]
     sql = " UNION ALL ".join(f"SELECT * FROM ({p})" for p in parts)
-    rows = await conn.all(sql, args)
+    rows = conn.all(sql, args)
     return _merge(rows, limit)
 
 
-async def _affordable(conn: ReadConn, tokens: list[str]) -> str | None:
+def _affordable(conn: SyncReader, tokens: list[str]) -> str | None:
     """The ranked arm's MATCH expression: the query tokens that fit ``ROW_BUDGET``, OR-ed.
 
     Each token's document frequency is counted up to the budget (a bounded walk of its
@@ -141,13 +168,23 @@ async def _affordable(conn: ReadConn, tokens: list[str]) -> str | None:
     dropped. Small catalogues are probed too: fewer rows to score pays for the probe. When
     even the rarest token is over budget ("list users" over 100k tools), the two rarest are
     AND-ed: their intersection is small and is what such a query means.
+
+    Counts are remembered in the reader's memo until the database changes, so a token is
+    counted once per catalogue version rather than once per query.
     """
     if len(tokens) <= 1:
         return quote(tokens[0]) if tokens else None
-    limit = ROW_BUDGET + 1
-    count = f"(SELECT count(*) FROM (SELECT 1 FROM tools_fts WHERE tools_fts MATCH ? LIMIT {limit}))"
-    probe = " UNION ALL ".join(f"SELECT {i}, {count}" for i in range(len(tokens)))
-    counts = {int(i): int(n) for i, n in await conn.all(probe, [quote(t) for t in tokens])}
+    known: dict[str, int] = conn.memo.setdefault("fts_token_counts", {})
+    if len(known) > 50_000:  # bound the memo on a long-lived reader
+        known.clear()
+    missing = [t for t in dict.fromkeys(tokens) if t not in known]
+    if missing:
+        limit = ROW_BUDGET + 1
+        count = f"(SELECT count(*) FROM (SELECT 1 FROM tools_fts WHERE tools_fts MATCH ? LIMIT {limit}))"
+        probe = " UNION ALL ".join(f"SELECT {i}, {count}" for i in range(len(missing)))
+        for i, n in conn.all(probe, [quote(t) for t in missing]):
+            known[missing[int(i)]] = int(n)
+    counts = {i: known.get(t, 0) for i, t in enumerate(tokens)}
     rarest = sorted((i for i in counts if counts[i]), key=lambda i: (counts[i], i))
     if not rarest:
         return None

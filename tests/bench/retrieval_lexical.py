@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from appliance.db.connection import Database, dumps
 from appliance.search import fts, metrics
 
-BENCH = Path("/work/shared/bench/retrieval")
+BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench" / "retrieval"
 SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
 MIGRATIONS = Path("migrations")
 
