@@ -40,7 +40,11 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON for scr
 
 
 def _settings(config_file: str | None = None, **cli: Any) -> config.Settings:
-    return config.load(cli=cli, config_file=config_file)
+    try:
+        return config.load(cli=cli, config_file=config_file)
+    except ConfigError as exc:
+        _fail(exc.public_message, 2)
+    raise AssertionError("unreachable")
 
 
 def _emit(value: Any) -> None:
@@ -128,13 +132,18 @@ def init(data_dir: str | None, config_file: str | None) -> None:
     from appliance.access import keys
 
     settings = _settings(config_file, data_dir=data_dir)
+    if settings.admin_key is not None:
+        try:
+            keys.check_format(settings.admin_key)
+        except ApplianceError as exc:
+            # A configuration error (exit 2), caught before anything is created or installed.
+            _fail(f"TOOLSPOKE_ADMIN_KEY (setting admin_key) is malformed: {exc.public_message}", 2)
 
     async def work(rt: Any) -> str | None:
         async with rt.db.read() as conn:
             if await keys.has_admin_key(conn):
                 return None
         key = settings.admin_key or keys.new_key()
-        keys.check_format(key)
         async with rt.db.write() as tx:
             user = await keys.ensure_admin(tx)
             await keys.add_key(tx, user, key, name="init")

@@ -72,6 +72,7 @@ class ToolkitDraft:
     skipped: list[Skipped] = field(default_factory=list)
     source: str = ""  # file path or URL it came from
     meta: dict[str, Any] = field(default_factory=dict)  # version, security schemes, ...
+    connection: dict[str, Any] | None = None  # how to reach an MCP upstream; never secrets
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class Toolkit:
 @dataclass(frozen=True)
 class Tool:
     id: int
+    toolkit_id: int
     name: str
     toolkit: str
     project: str

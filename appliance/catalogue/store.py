@@ -13,10 +13,15 @@ from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, NotFound
 from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
 
+# An owner's reclassification wins over the kind the source implied.
 _TOOL_COLUMNS = """
-    t.id, t.name, t.upstream_name, t.grp, t.title, t.description, t.kind, t.input_schema,
-    t.binding, t.annotations, k.slug AS toolkit, k.source_kind, k.base_url, p.slug AS project
+    t.id, t.toolkit_id, t.name, t.upstream_name, t.grp, t.title, t.description,
+    COALESCE(t.kind_override, t.kind) AS kind, t.input_schema, t.binding, t.annotations,
+    k.slug AS toolkit, k.source_kind, k.base_url, p.slug AS project
 """
+# Only active tools exist for callers: pending ones await approval, disabled ones are gone
+# upstream. Every read path for callers filters on this.
+_ACTIVE = "t.state = 'active'"
 _TOOL_FROM = """
     FROM tools t JOIN toolkits k ON k.id = t.toolkit_id JOIN projects p ON p.id = k.project_id
 """
@@ -25,6 +30,7 @@ _TOOL_FROM = """
 def _tool(row: Any) -> Tool:
     return Tool(
         id=row["id"],
+        toolkit_id=row["toolkit_id"],
         name=row["name"],
         toolkit=row["toolkit"],
         project=row["project"],
@@ -84,6 +90,7 @@ async def store_toolkit(
     existing = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, draft.slug))
     removed: list[int] = []
     meta = dumps(draft.meta)
+    connection = None if draft.connection is None else dumps(draft.connection)
     if existing is not None:
         if not replace:
             raise Conflict(
@@ -95,7 +102,8 @@ async def store_toolkit(
         await tx.run("DELETE FROM tools WHERE toolkit_id = ?", (kit_id,))
         await tx.run(
             "UPDATE toolkits SET source_kind = ?, title = ?, description = ?, guide = ?, base_url = ?,"
-            " source = ?, meta = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+            " source = ?, meta = ?, connection = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+            " WHERE id = ?",
             (
                 draft.source_kind,
                 draft.title,
@@ -104,13 +112,14 @@ async def store_toolkit(
                 draft.base_url,
                 draft.source,
                 meta,
+                connection,
                 kit_id,
             ),
         )
     else:
         kit_id = await tx.run(
             "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
-            " source, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " source, meta, connection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 pid,
                 draft.slug,
@@ -121,6 +130,7 @@ async def store_toolkit(
                 draft.base_url,
                 draft.source,
                 meta,
+                connection,
             ),
         )
     stored: list[tuple[int, ToolDraft]] = []
@@ -157,8 +167,8 @@ async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> list[int]:
 
 async def list_toolkits(conn: ReadConn, *, project: str | None = None) -> list[Toolkit]:
     sql = (
-        "SELECT k.*, p.slug AS project, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id)"
-        " AS tool_count FROM toolkits k JOIN projects p ON p.id = k.project_id"
+        "SELECT k.*, p.slug AS project, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id"
+        f" AND {_ACTIVE}) AS tool_count FROM toolkits k JOIN projects p ON p.id = k.project_id"
     )
     params: tuple[Any, ...] = ()
     if project is not None:
@@ -178,7 +188,9 @@ async def tool_names_by_toolkit(conn: ReadConn, toolkit_ids: Iterable[int]) -> d
         return {}
     marks = ",".join("?" * len(ids))
     rows = await conn.all(
-        f"SELECT toolkit_id, name FROM tools WHERE toolkit_id IN ({marks}) ORDER BY toolkit_id, name", ids
+        f"SELECT toolkit_id, name FROM tools t WHERE toolkit_id IN ({marks}) AND {_ACTIVE}"
+        " ORDER BY toolkit_id, name",
+        ids,
     )
     out: dict[int, list[str]] = {i: [] for i in ids}
     for r in rows:
@@ -188,7 +200,7 @@ async def tool_names_by_toolkit(conn: ReadConn, toolkit_ids: Iterable[int]) -> d
 
 async def tools_named(conn: ReadConn, name: str, *, project: str | None = None) -> list[Tool]:
     """Every tool with this exact name (one per project that installs its toolkit)."""
-    sql = f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.name = ?"
+    sql = f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.name = ? AND {_ACTIVE}"
     params: list[Any] = [name]
     if project is not None:
         sql += " AND p.slug = ?"
@@ -206,9 +218,15 @@ def tools_by_ids_in(conn: SyncReader, ids: list[int]) -> list[Tool]:
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks})", ids)
+    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks}) AND {_ACTIVE}", ids)
     by_id = {int(r["id"]): _tool(r) for r in rows}
     return [by_id[i] for i in ids if i in by_id]
+
+
+async def toolkit_connection(conn: ReadConn, toolkit_id: int) -> dict[str, Any] | None:
+    """How to reach a toolkit's MCP upstream (None for OpenAPI and catalogue toolkits)."""
+    row = await conn.one("SELECT connection FROM toolkits WHERE id = ?", (toolkit_id,))
+    return None if row is None else loads(row["connection"])
 
 
 async def tool_count(conn: ReadConn) -> int:

@@ -55,11 +55,12 @@ def apply_migrations(conn: sqlean.Connection, directory: Path) -> list[int]:
     for number, name, path in known:
         if number in done:
             continue
-        sql = path.read_text(encoding="utf-8")
+        # Split before BEGIN: a malformed file must not leave a transaction open.
+        statements = _statements(path.read_text(encoding="utf-8"))
         try:
             conn.execute("BEGIN IMMEDIATE")
             # executescript would COMMIT first; run statement by statement inside our transaction.
-            for statement in _statements(sql):
+            for statement in statements:
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (number, name))
             conn.execute("COMMIT")

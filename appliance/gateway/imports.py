@@ -13,7 +13,7 @@ from appliance.catalogue.catalog_jsonl import convert_catalog
 from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
-from appliance.errors import ImportFailed
+from appliance.errors import ImportFailed, UpstreamError
 from appliance.gateway.runtime import Runtime
 from appliance.models import ToolkitDraft
 from appliance.search import fts
@@ -52,7 +52,14 @@ async def read_source(rt: Runtime, source: str) -> bytes:
     """A local file, or an http(s) URL fetched through the egress guard."""
     limit = rt.settings.import_max_bytes
     if source.startswith(("http://", "https://")):
-        return await rt.egress.fetch_document(source, max_bytes=limit)
+        rt.egress.check_url(source, field="source")
+        try:
+            return await rt.egress.fetch_document(source, max_bytes=limit)
+        except UpstreamError as exc:
+            # Name the member the caller gave (a name resolving to a refused address, say).
+            if exc.field in (None, "url"):
+                exc.field = "source"
+            raise
     return await asyncio.to_thread(_read_file, source, limit)
 
 

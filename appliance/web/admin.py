@@ -11,7 +11,7 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, InvalidParams
+from appliance.errors import ApplianceError, InvalidParams, UpstreamError
 from appliance.gateway import bridge, imports
 from appliance.gateway.searching import search_tools
 from appliance.web.guards import check_host, check_origin, require_admin
@@ -19,12 +19,12 @@ from appliance.web.guards import check_host, check_origin, require_admin
 bp = Blueprint("admin", url_prefix="/api/v1")
 
 
-def error_response(exc: ApplianceError) -> HTTPResponse:
+def error_response(exc: ApplianceError, status: int | None = None) -> HTTPResponse:
     body: dict[str, Any] = {"reason": exc.reason, "message": exc.public_message}
     if exc.field is not None:
         body["field"] = exc.field
     headers = {"WWW-Authenticate": 'Bearer realm="toolspoke"'} if exc.http_status == 401 else None
-    return response.json({"error": body}, status=exc.http_status, headers=headers)
+    return response.json({"error": body}, status=status or exc.http_status, headers=headers)
 
 
 @bp.on_request
@@ -100,6 +100,10 @@ async def import_openapi(request: Request) -> HTTPResponse:
             replace=bool(doc.get("replace")),
             data=data,
         )
+    except UpstreamError as exc:
+        # A URL the egress guard refuses is a bad request (RELIABILITY.md SSRF-01: 422),
+        # not a failing upstream; fetching an allowed URL that then fails stays 502.
+        return error_response(exc, 422 if exc.reason == "ssrf_blocked" else None)
     except ApplianceError as exc:
         return error_response(exc)
     return response.json(report.as_dict(), status=200 if report.dry_run else 201)

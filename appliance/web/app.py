@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import secrets
 import socket
-from typing import Any
 
 from sanic import Request, Sanic, response
 from sanic.response import HTTPResponse
@@ -61,13 +60,13 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         )
 
     @app.before_server_start
-    async def open_runtime(app: Sanic, _: Any) -> None:
+    async def open_runtime(app: Sanic) -> None:
         rt = Runtime(settings)
         await rt.open()
         app.ctx.rt = rt
 
     @app.after_server_start
-    async def announce(app: Sanic, _: Any) -> None:
+    async def announce(app: Sanic) -> None:
         rt: Runtime = app.ctx.rt
         host, port = _bound_address(app)
         rt.self_base_url = f"http://{_client_host(host)}:{port}"
@@ -77,7 +76,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         print(f"toolspoke {__version__} serving MCP on {rt.self_base_url}/mcp", flush=True)
 
     @app.before_server_stop
-    async def close_runtime(app: Sanic, _: Any) -> None:
+    async def close_runtime(app: Sanic) -> None:
         rt = getattr(app.ctx, "rt", None)
         if rt is not None:
             await rt.close()

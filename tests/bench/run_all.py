@@ -1,0 +1,19 @@
+"""`make bench`: every benchmark in turn, printing the figures the issues ask for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEPS = (
+    ("Retrieval quality (dev queries, each data set's own catalogue)", ["retrieval.py"]),
+    ("Search latency (agent's search_tools, default limit 8)", ["search_latency.py", "10000", "100000"]),
+    ("Appliance figures", ["figures.py"]),
+)
+
+if __name__ == "__main__":
+    for title, args in STEPS:
+        print(f"\n## {title}\n", flush=True)
+        subprocess.run([sys.executable, str(HERE / args[0]), *args[1:]], check=True, cwd=HERE.parents[1])
