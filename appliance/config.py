@@ -181,6 +181,38 @@ SETTINGS: tuple[Setting, ...] = (
         "Most legacy MCP sessions held at once; the least recently used is dropped beyond it.",
     ),
     Setting(
+        "stdio_allowed_commands",
+        "TOOLSPOKE_STDIO_ALLOWED_COMMANDS",
+        ("npx", "uvx", "node", "python3", "python", "deno"),
+        _csv,
+        "Executables a local stdio MCP toolkit may run (comma-separated basenames); anything "
+        "else is refused at import.",
+    ),
+    Setting(
+        "stdio_inherit_env",
+        "TOOLSPOKE_STDIO_INHERIT_ENV",
+        ("PATH", "HOME"),
+        _csv,
+        "Names of the gateway's own environment variables a stdio child inherits; nothing "
+        "else leaks in. Per-toolkit variables are given at import (`--env K=V`).",
+    ),
+    Setting(
+        "stdio_idle_s",
+        "TOOLSPOKE_STDIO_IDLE_S",
+        600.0,
+        _positive(float),
+        "Seconds without traffic after which a stdio upstream process is stopped; the next "
+        "call starts it again.",
+    ),
+    Setting(
+        "stdio_start_timeout_s",
+        "TOOLSPOKE_STDIO_START_TIMEOUT_S",
+        60.0,
+        _positive(float),
+        "Seconds a stdio upstream may take to answer its first message (npx may be installing "
+        "a package); until then it is `starting`, not broken.",
+    ),
+    Setting(
         "demo",
         "TOOLSPOKE_DEMO",
         True,
@@ -217,6 +249,10 @@ class Settings:
     search_max_limit: int
     session_ttl_s: float
     max_sessions: int
+    stdio_allowed_commands: tuple[str, ...]
+    stdio_inherit_env: tuple[str, ...]
+    stdio_idle_s: float
+    stdio_start_timeout_s: float
     demo: bool
     log_level: str
 

@@ -17,6 +17,8 @@ from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.upstream.openapi_call import call_operation
 
+_MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
+
 log = logging.getLogger(__name__)
 
 
@@ -86,6 +88,8 @@ async def call_tool(
 
 
 async def _dispatch(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallResult:
+    if tool.source_kind == "mcp":
+        return await _call_mcp(rt, tool, arguments)
     if tool.source_kind == "catalog" or tool.binding is None:
         raise UpstreamError(
             f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "
@@ -105,3 +109,38 @@ async def _dispatch(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallR
         timeout_s=rt.settings.upstream_timeout_s,
         max_bytes=rt.settings.upstream_max_bytes,
     )
+
+
+def pool_key(tool_or_project: Tool | str, slug: str | None = None) -> str:
+    """The pool's (and the stdio work directory's) name for a toolkit: ``<project>.<slug>``."""
+    if isinstance(tool_or_project, Tool):
+        return f"{tool_or_project.project}.{tool_or_project.toolkit}"
+    return f"{tool_or_project}.{slug}"
+
+
+async def _call_mcp(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallResult:
+    async with rt.db.read() as conn:
+        connection = await store.toolkit_connection(conn, tool.toolkit_id)
+    if not connection:
+        raise UpstreamError(
+            f"toolkit {tool.toolkit!r} has no MCP connection configured", reason="no_upstream"
+        )
+    raw = await rt.mcp.call_tool(
+        pool_key(tool), connection, tool.upstream_name, arguments, timeout_s=rt.settings.upstream_timeout_s
+    )
+    return mcp_result(raw)
+
+
+def mcp_result(raw: dict[str, Any]) -> CallResult:
+    """An upstream CallToolResult as ours; content parts we cannot relay are described instead."""
+    content = raw.get("content")
+    parts: list[dict[str, Any]] = []
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") in _MCP_CONTENT_TYPES:
+            parts.append(part)
+        else:
+            parts.append(
+                {"type": "text", "text": "[an upstream content part of an unknown type was dropped]"}
+            )
+    structured = raw.get("structuredContent")
+    return CallResult(content=parts, structured=structured, is_error=bool(raw.get("isError")))

@@ -10,6 +10,7 @@ from typing import Any
 
 from appliance.catalogue import store
 from appliance.catalogue.catalog_jsonl import convert_catalog
+from appliance.catalogue.mcp_listing import convert_tools_list
 from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
@@ -17,6 +18,7 @@ from appliance.errors import ImportFailed, UpstreamError
 from appliance.gateway.runtime import Runtime
 from appliance.models import ToolkitDraft
 from appliance.search import fts
+from appliance.upstream.processes import StdioSpec, check_spec
 
 
 @dataclass
@@ -183,9 +185,80 @@ async def import_catalog(
     return report
 
 
+def mcp_connection(
+    *,
+    url: str | None = None,
+    command: str | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    transport: str = "auto",
+) -> dict[str, Any]:
+    """The stored description of how to reach an MCP server (no secrets in it)."""
+    if (url is None) == (command is None):
+        raise ImportFailed("give either a server URL or a command to run", field="source")
+    if url is not None:
+        if transport == "auto":
+            transport = "sse" if url.rstrip("/").endswith("/sse") else "http"
+        if transport not in ("http", "sse"):
+            raise ImportFailed("a URL is reached with transport http or sse", field="transport")
+        return {"transport": transport, "url": url}
+    if transport not in ("auto", "stdio"):
+        raise ImportFailed("a command is run with transport stdio", field="transport")
+    return {"transport": "stdio", "command": command, "args": list(args or []), "env": dict(env or {})}
+
+
+def _check_connection(rt: Runtime, key: str, connection: dict[str, Any]) -> None:
+    if connection["transport"] == "stdio":
+        spec = StdioSpec(command=connection["command"], args=tuple(connection["args"]), env=connection["env"])
+        check_spec(key, spec, rt.stdio_policy)
+    else:
+        rt.egress.check_url(connection["url"], field="url")
+
+
+async def import_mcp(
+    rt: Runtime,
+    connection: dict[str, Any],
+    *,
+    slug: str,
+    project: str = "default",
+    dry_run: bool = False,
+    replace: bool = False,
+) -> ImportReport:
+    """Connect, list the server's tools, and store them with how to reach the server."""
+    started = time.perf_counter()
+    validate_slug(slug)
+    validate_slug(project)
+    _check_connection(rt, f"{project}.{slug}", connection)
+    timeout = rt.settings.upstream_timeout_s
+    async with rt.mcp.temporary(connection, timeout_s=timeout) as session:
+        tools = await session.list_tools(timeout_s=timeout)
+        info = session.server_info
+        instructions = session.instructions or ""
+        era = session.protocol_version
+    source = connection.get("url") or " ".join([connection["command"], *connection["args"]])
+    title = str(info.get("title") or info.get("name") or slug)
+    draft = convert_tools_list(
+        tools,
+        slug,
+        title=title,
+        description=f"MCP server {title} {info.get('version', '')}".strip(),
+        guide=instructions,
+        source=source,
+        meta={"server_info": info, "protocol_version": era},
+    )
+    draft.connection = connection
+    report = _report(draft, project, dry_run, started)
+    report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
+    if not dry_run:
+        report.replaced = await _store(rt, draft, project, replace)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
 async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") -> int:
     async with rt.db.write() as tx:
         ids = await store.delete_toolkit(tx, slug, project=project)
         await fts.unindex(tx, ids)
         await fts.optimize(tx)
+    await rt.mcp.discard(f"{project}.{slug}")  # stops its stdio child, if any
     return len(ids)

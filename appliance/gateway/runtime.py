@@ -11,10 +11,13 @@ import os
 import secrets
 from pathlib import Path
 
-from appliance.config import Settings
+from appliance import __version__
+from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
 from appliance.errors import ConfigError
+from appliance.upstream.mcp_pool import McpPool
+from appliance.upstream.processes import ProcessRegistry, StdioPolicy
 from appliance.upstream.transport import Egress
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,18 @@ class Runtime:
         self.settings = settings
         self.db = Database(settings.db_path)
         self.egress = Egress(settings)
+        self.stdio_policy = StdioPolicy(
+            workdir_root=Path(settings.data_dir) / "stdio",
+            base_env=environment_snapshot(settings.stdio_inherit_env),
+            allowed_executables=settings.stdio_allowed_commands,
+        )
+        self.mcp = McpPool(
+            self.egress,
+            ProcessRegistry(self.stdio_policy),
+            stdio_idle_s=settings.stdio_idle_s,
+            stdio_start_timeout_s=settings.stdio_start_timeout_s,
+            client_info={"name": "toolspoke", "version": __version__},
+        )
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
 
     async def open(self, migrations_dir: Path | None = None) -> None:
@@ -58,5 +73,7 @@ class Runtime:
         await self.db.open(migrations_dir or default_migrations_dir())
 
     async def close(self) -> None:
+        # Children first: no stdio upstream may outlive the gateway.
+        await self.mcp.aclose()
         await self.egress.aclose()
         await self.db.close()

@@ -17,9 +17,11 @@ never the query string (credentials may live there), and never a traceback.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 import zlib
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -54,6 +56,31 @@ class HttpResponse:
     @property
     def content_type(self) -> str:
         return self.headers.get("content-type", "")
+
+
+@dataclass(frozen=True)
+class HttpStream:
+    """An upstream answer whose body is still arriving (see ``Egress.stream``).
+
+    ``chunks`` yields decoded bytes; together they never exceed the stream's byte cap, and
+    a failure while reading raises UpstreamError like ``Egress.send`` does.
+    """
+
+    status: int
+    headers: dict[str, str]
+    chunks: AsyncIterator[bytes]
+    url: str = ""
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+    async def read(self) -> bytes:
+        """The rest of the body (still under the cap)."""
+        body = bytearray()
+        async for chunk in self.chunks:
+            body += chunk
+        return bytes(body)
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):
@@ -191,22 +218,61 @@ class Egress:
                     body = await _read_capped(response, cap, host)
                 finally:
                     await response.aclose()
-        except UpstreamError:
-            raise
-        except (TimeoutError, httpx.TimeoutException) as exc:
-            raise UpstreamError(
-                f"{host} did not answer within {deadline:g} s", reason="upstream_timeout"
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise _from_httpx(host, exc) from exc
-        except OSError as exc:  # a socket error httpcore did not wrap
-            raise UpstreamError(f"could not reach {host}", reason="upstream_unavailable") from exc
-        kept = {
-            k: ", ".join(response.headers.get_list(k))
-            for k in response.headers
-            if k not in ("content-encoding", "content-length", "transfer-encoding")
-        }
-        return HttpResponse(status=response.status_code, headers=kept, body=body, url=str(target))
+        except Exception as exc:
+            mapped = _as_upstream_error(exc, host, deadline)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        return HttpResponse(status=response.status_code, headers=_kept(response), body=body, url=str(target))
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        method: str,
+        url: str | httpx.URL,
+        *,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        timeout_s: float | None = None,
+        max_bytes: int | None = None,
+    ) -> AsyncIterator[HttpStream]:
+        """Send one request and hand over the answer as it arrives (SSE, long answers).
+
+        Same guard, redirect refusal and decoding as ``send``. The deadline covers
+        everything up to leaving the ``async with`` block, reading included;
+        ``timeout_s=math.inf`` means no total deadline and no idle read timeout (a
+        long-lived event stream, whose owner enforces its own limits). ``max_bytes`` caps
+        the whole body.
+        """
+        target = self.policy.check_url(url)
+        deadline = self.timeout_s if timeout_s is None else timeout_s
+        cap = self.max_bytes if max_bytes is None else max_bytes
+        host = target.host
+        out_headers = httpx.Headers(headers or {})
+        out_headers["Accept-Encoding"] = ACCEPT_ENCODING
+        bounded = math.isfinite(deadline)
+        per_operation = httpx.Timeout(deadline) if bounded else httpx.Timeout(self.timeout_s, read=None)
+        try:
+            async with asyncio.timeout(deadline if bounded else None):
+                request = self._client.build_request(
+                    method, target, headers=out_headers, content=content, timeout=per_operation
+                )
+                response = await self._client.send(request, stream=True)
+                chunks: AsyncGenerator[bytes, None] | None = None
+                try:
+                    if 300 <= response.status_code < 400 and response.status_code != 304:
+                        raise _redirect(host, response)
+                    chunks = _iter_capped(response, _decoder_for(response, cap, host), cap, host)
+                    yield HttpStream(response.status_code, _kept(response), chunks, str(target))
+                finally:
+                    if chunks is not None:
+                        await chunks.aclose()
+                    await response.aclose()
+        except Exception as exc:
+            mapped = _as_upstream_error(exc, host, deadline)
+            if mapped is exc:
+                raise
+            raise mapped from exc
 
     async def fetch_document(
         self, url: str, max_bytes: int | None = None, *, timeout_s: float | None = None
@@ -231,6 +297,19 @@ class Egress:
                 data={"status": response.status},
             )
         return response.body
+
+
+def _as_upstream_error(exc: Exception, host: str, deadline: float) -> Exception:
+    """What a failed exchange with ``host`` means to the caller (non-egress errors pass)."""
+    if isinstance(exc, UpstreamError):
+        return exc
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return UpstreamError(f"{host} did not answer within {deadline:g} s", reason="upstream_timeout")
+    if isinstance(exc, httpx.HTTPError):
+        return _from_httpx(host, exc)
+    if isinstance(exc, OSError):  # a socket error httpcore did not wrap
+        return UpstreamError(f"could not reach {host}", reason="upstream_unavailable")
+    return exc
 
 
 def _redirect(host: str, response: httpx.Response) -> UpstreamError:
@@ -328,7 +407,16 @@ class _BoundedDecoder:
         return bytes(out)
 
 
-async def _read_capped(response: httpx.Response, cap: int, host: str) -> bytes:
+def _kept(response: httpx.Response) -> dict[str, str]:
+    return {
+        k: ", ".join(response.headers.get_list(k))
+        for k in response.headers
+        if k not in ("content-encoding", "content-length", "transfer-encoding")
+    }
+
+
+def _decoder_for(response: httpx.Response, cap: int, host: str) -> _BoundedDecoder | None:
+    """The bounded decoder the answer needs (None: identity); refuses what we cannot bound."""
     encodings = [
         e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()
     ]
@@ -341,7 +429,39 @@ async def _read_capped(response: httpx.Response, cap: int, host: str) -> bytes:
     declared = response.headers.get("content-length", "")
     if not encodings and declared.isdigit() and int(declared) > cap:
         raise _too_large(host, cap)  # refuse before reading a byte
-    decoder = _BoundedDecoder(encodings[0], cap) if encodings else None
+    return _BoundedDecoder(encodings[0], cap) if encodings else None
+
+
+async def _iter_capped(
+    response: httpx.Response, decoder: _BoundedDecoder | None, cap: int, host: str
+) -> AsyncGenerator[bytes, None]:
+    """Decoded chunks of a streamed answer, failing once their total passes ``cap``."""
+    total = 0
+    try:
+        async for chunk in response.aiter_raw():
+            data = decoder.feed(chunk) if decoder else chunk
+            total += len(data)
+            if total > cap:
+                raise _too_large(host, cap)
+            if data:
+                yield data
+        tail = decoder.finish() if decoder else b""
+        if total + len(tail) > cap:
+            raise _too_large(host, cap)
+        if tail:
+            yield tail
+    except zlib.error as exc:
+        raise UpstreamError(
+            f"{host} sent a body that could not be decoded", reason="upstream_invalid"
+        ) from exc
+    except httpx.TimeoutException as exc:
+        raise UpstreamError(f"{host} stopped sending in time", reason="upstream_timeout") from exc
+    except httpx.HTTPError as exc:
+        raise _from_httpx(host, exc) from exc
+
+
+async def _read_capped(response: httpx.Response, cap: int, host: str) -> bytes:
+    decoder = _decoder_for(response, cap, host)
     body = bytearray()
     try:
         async for chunk in response.aiter_raw():

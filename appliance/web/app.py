@@ -25,6 +25,10 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app: Sanic = Sanic(name)
     # Sanic's start-up touch-up reads its own source, which a one-file bundle lacks.
     app.config.TOUCHUP = False
+    # The stock asyncio loop, as in the CLI and the tests: uvloop orders subprocess
+    # callbacks differently (process_exited before the pipes are connected), which the
+    # stdio upstream supervisor relies on.
+    app.config.USE_UVLOOP = False
     app.config.REQUEST_MAX_SIZE = settings.max_request_bytes
     app.config.REQUEST_TIMEOUT = 30
     app.config.RESPONSE_TIMEOUT = max(60, int(settings.upstream_timeout_s) + 15)

@@ -1,0 +1,427 @@
+"""MCP over HTTP, upstream side: streamable HTTP, legacy HTTP+SSE, and the choice between them.
+
+Every byte goes through ``Egress`` (SSRF guard with pinned addresses, deadline, byte cap).
+
+- ``StreamableHttpTransport``: one POST per message; the answer is JSON or an SSE stream
+  scoped to that request (2026-07-28 and 2025-era streamable HTTP). 2025 era: the
+  ``Mcp-Session-Id`` from ``initialize`` rides on every later request, a 404 with it raises
+  ``SessionExpired`` (the session re-initialises once), ``DELETE`` on close.
+- ``LegacySseTransport``: 2024-11-05 HTTP+SSE: a long-lived GET stream whose first event
+  names the POST endpoint (same origin only, else ``ssrf_blocked``).
+- ``connect_http``: streamable HTTP first; when even ``initialize`` is refused with
+  400/404/405 and no JSON-RPC body, legacy SSE on the same URL (2025-11-25 transports,
+  "Backwards Compatibility").
+
+Caller headers (Bearer, API key) are sent as given and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import math
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+
+from appliance.errors import UpstreamError
+from appliance.upstream.mcp_session import McpSession, Refused, RequestId, SessionExpired
+from appliance.upstream.transport import Egress, HttpStream
+
+log = logging.getLogger(__name__)
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+_CLOSE_S = 5.0  # DELETE on close and other courtesy calls: never hold shutdown longer
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")  # visible ASCII (2025-11-25 session ids)
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: bytes
+
+
+class SseDecoder:
+    """Incremental ``text/event-stream`` parser with a per-event byte cap.
+
+    The cap is ours (the egress cap, well above 1 MiB if configured so): unlike the SDK
+    client's fixed 1 MiB limit, a large tool result in one event is fine up to it.
+    """
+
+    def __init__(self, max_event_bytes: int, host: str = "the upstream") -> None:
+        self.max_event_bytes = max_event_bytes
+        self.host = host
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already known to hold no line end
+        self._skip_lf = False  # a CR ended the last chunk: a following LF belongs to it
+        self._event = ""
+        self._data: list[bytes] = []
+        self._size = 0
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        events: list[SseEvent] = []
+        if self._skip_lf and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        self._skip_lf = False
+        self._buf += chunk
+        pos = 0
+        while (match := _LINE_END.search(self._buf, max(pos, self._scanned))) is not None:
+            if match.group() == b"\r" and match.end() == len(self._buf):
+                self._skip_lf = True
+            self._line(bytes(self._buf[pos : match.start()]), events)
+            pos = match.end()
+            self._scanned = 0
+        del self._buf[:pos]
+        self._scanned = len(self._buf)
+        if self._size + len(self._buf) > self.max_event_bytes:
+            raise self._too_large()
+        return events
+
+    def _line(self, line: bytes, events: list[SseEvent]) -> None:
+        if not line:
+            data = b"\n".join(self._data)
+            if data:  # an empty data buffer dispatches nothing (the SSE priming event)
+                events.append(SseEvent(self._event or "message", data))
+            self._event, self._data, self._size = "", [], 0
+            return
+        if line.startswith(b":"):
+            return  # a comment (keep-alive)
+        name, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if name == b"data":
+            self._size += len(value) + 1
+            if self._size > self.max_event_bytes:
+                raise self._too_large()
+            self._data.append(value)
+        elif name == b"event":
+            self._event = value.decode("utf-8", "replace")
+        # id and retry: streams are not resumed (2026-07-28), so both are ignored.
+
+    def _too_large(self) -> UpstreamError:
+        return UpstreamError(
+            f"an event from {self.host} is larger than {self.max_event_bytes} bytes",
+            reason="upstream_too_large",
+            data={"max_bytes": self.max_event_bytes},
+        )
+
+
+def _header_value(value: str) -> str:
+    """A header-safe value; anything else in the spec's ``=?base64?...?=`` form."""
+    plain = (
+        _HEADER_SAFE.fullmatch(value)
+        and value == value.strip()
+        and not (value.startswith("=?base64?") and value.endswith("?="))
+    )
+    return value if plain else f"=?base64?{base64.b64encode(value.encode()).decode()}?="
+
+
+def _parse(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return data  # not JSON: the session fails the request it belongs to
+
+
+class StreamableHttpTransport:
+    """MCP streamable HTTP through the egress guard (one POST per message)."""
+
+    inline_answers = True
+    request_scoped = True
+
+    def __init__(self, egress: Egress, url: str, headers: dict[str, str] | None = None) -> None:
+        self.egress = egress
+        self.url = str(egress.check_url(url))
+        self.host = httpx.URL(self.url).host
+        self.headers = dict(headers or {})
+        self.session_id: str | None = None
+        self._legacy_version: str | None = None
+        self._session: McpSession | None = None
+
+    async def start(self, session: McpSession) -> None:
+        self._session = session
+
+    def negotiated(self, version: str, *, modern: bool) -> None:
+        self._legacy_version = None if modern else version
+
+    def _headers(self, message: dict[str, Any]) -> dict[str, str]:
+        out = {**self.headers, "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+        params: dict[str, Any] = message.get("params") or {}
+        meta: dict[str, Any] = params.get("_meta") or {}
+        version = meta.get("io.modelcontextprotocol/protocolVersion")
+        if isinstance(version, str):
+            # Modern: the request metadata headers mirror the body (streamable-http.mdx).
+            out["MCP-Protocol-Version"] = version
+            out["Mcp-Method"] = str(message.get("method", ""))
+            name = params.get("name", params.get("uri"))
+            if isinstance(name, str):
+                out["Mcp-Name"] = _header_value(name)
+            return out
+        if self._legacy_version:
+            out["MCP-Protocol-Version"] = self._legacy_version
+        if self.session_id:
+            out["Mcp-Session-Id"] = self.session_id
+        return out
+
+    async def send(self, message: dict[str, Any], *, timeout_s: float | None = None) -> None:
+        if self._session is None:
+            raise RuntimeError("start() the transport first")
+        session = self._session
+        is_request = "method" in message and "id" in message
+        origin: RequestId | None = message["id"] if is_request else None
+        headers = self._headers(message)
+        legacy_request = "Mcp-Session-Id" in headers
+        content = orjson.dumps(message)
+        async with self.egress.stream(
+            "POST", self.url, headers=headers, content=content, timeout_s=timeout_s
+        ) as answer:
+            status = answer.status
+            if status == 404 and legacy_request:
+                self.session_id = None
+                raise SessionExpired(f"{self.host} no longer knows our session (HTTP 404)")
+            if status >= 400:
+                await self._refusal(answer, origin, session)
+                return
+            if not is_request:
+                return  # a notification or a reply: 202 and nothing to read
+            if status == 202:
+                raise UpstreamError(
+                    f"{self.host} accepted a request without answering it", reason="upstream_invalid"
+                )
+            if message.get("method") == "initialize":
+                self._keep_session_id(answer)
+            kind = answer.content_type.split(";")[0].strip().lower()
+            if kind == "application/json":
+                body = _parse(await answer.read())
+                for item in body if isinstance(body, list) else [body]:
+                    session.deliver(item, origin)
+            elif kind == "text/event-stream":
+                await self._read_events(answer, origin, session)
+            else:
+                raise UpstreamError(
+                    f"{self.host} answered with content type {kind[:60]!r}", reason="upstream_invalid"
+                )
+
+    async def _read_events(self, answer: HttpStream, origin: RequestId | None, session: McpSession) -> None:
+        decoder = SseDecoder(self.egress.max_bytes, self.host)
+        async for chunk in answer.chunks:
+            for event in decoder.feed(chunk):
+                if event.event != "message":
+                    continue
+                message = _parse(event.data)
+                session.deliver(message, origin)
+                if isinstance(message, dict) and "method" not in message:
+                    return  # the answer ends the request's stream; stop reading here
+
+    async def _refusal(self, answer: HttpStream, origin: RequestId | None, session: McpSession) -> None:
+        """A 4xx/5xx: a JSON-RPC error body is the answer; otherwise an UpstreamError."""
+        status = answer.status
+        body: Any = None
+        if answer.content_type.lower().startswith("application/json"):
+            with contextlib.suppress(UpstreamError):
+                body = _parse(await answer.read())
+        if origin is not None and isinstance(body, dict) and isinstance(body.get("error"), dict):
+            if body.get("id") is None:
+                body = {**body, "id": origin}  # rejected before its id was read: still ours
+            session.deliver(body, origin)
+            return
+        if status in (400, 404, 405):
+            raise Refused(f"{self.host} refused the message (HTTP {status})", status=status)
+        if status in (401, 403):
+            text = f"{self.host} rejected the credentials (HTTP {status})"
+        else:
+            text = f"{self.host} answered HTTP {status}"
+        raise UpstreamError(text, reason="upstream_unavailable", data={"status": status})
+
+    def _keep_session_id(self, answer: HttpStream) -> None:
+        value = answer.headers.get("mcp-session-id")
+        if value is None:
+            return
+        if not _SESSION_ID.fullmatch(value):
+            raise UpstreamError(f"{self.host} sent an invalid session id", reason="upstream_invalid")
+        self.session_id = value
+
+    async def aclose(self) -> None:
+        session_id, self.session_id = self.session_id, None
+        if not session_id:
+            return
+        headers = {**self.headers, "Mcp-Session-Id": session_id}
+        if self._legacy_version:
+            headers["MCP-Protocol-Version"] = self._legacy_version
+        try:
+            await self.egress.send("DELETE", self.url, headers=headers, timeout_s=_CLOSE_S)
+        except UpstreamError as exc:  # the server may be gone already; the session is over
+            log.debug("DELETE of the upstream session failed: %s", exc.reason)
+
+
+class LegacySseTransport:
+    """The 2024-11-05 HTTP+SSE transport: answers arrive on one long-lived GET stream."""
+
+    inline_answers = False
+    request_scoped = False
+
+    def __init__(
+        self,
+        egress: Egress,
+        url: str,
+        headers: dict[str, str] | None = None,
+        *,
+        timeout_s: float = 30,
+    ) -> None:
+        self.egress = egress
+        self.url = str(egress.check_url(url))
+        self.host = httpx.URL(self.url).host
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.endpoint: str | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    def negotiated(self, version: str, *, modern: bool) -> None:
+        pass  # 2024-11-05 has no version header
+
+    async def start(self, session: McpSession) -> None:
+        ready: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._reader = asyncio.get_running_loop().create_task(self._read(session, ready))
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                self.endpoint = await ready
+        except TimeoutError as exc:
+            await self.aclose()
+            raise UpstreamError(
+                f"{self.host} sent no endpoint event within {self.timeout_s:g} s",
+                reason="upstream_timeout",
+            ) from exc
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _read(self, session: McpSession, ready: asyncio.Future[str]) -> None:
+        headers = {**self.headers, "Accept": "text/event-stream"}
+        try:
+            # No total deadline and no total cap on the stream itself: it lives as long as
+            # the session; the decoder caps each event at the egress cap instead.
+            async with self.egress.stream(
+                "GET", self.url, headers=headers, timeout_s=math.inf, max_bytes=sys.maxsize
+            ) as stream:
+                if stream.status in (400, 404, 405):
+                    raise Refused(
+                        f"{self.host} has no SSE endpoint (HTTP {stream.status})", status=stream.status
+                    )
+                if stream.status != 200 or not stream.content_type.startswith("text/event-stream"):
+                    raise UpstreamError(
+                        f"{self.host} did not open an event stream (HTTP {stream.status})",
+                        reason="upstream_unavailable",
+                        data={"status": stream.status},
+                    )
+                decoder = SseDecoder(self.egress.max_bytes, self.host)
+                async for chunk in stream.chunks:
+                    for event in decoder.feed(chunk):
+                        if event.event == "endpoint" and not ready.done():
+                            ready.set_result(self._endpoint(event.data))
+                        elif event.event == "message" and ready.done():
+                            session.deliver(_parse(event.data))
+            raise UpstreamError(f"{self.host} closed the event stream", reason="upstream_unavailable")
+        except UpstreamError as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            session.closed(exc)
+
+    def _endpoint(self, data: bytes) -> str:
+        """The POST URL from the ``endpoint`` event: same origin as the SSE URL, guarded."""
+        base = httpx.URL(self.url)
+        try:
+            target = base.join(data.decode("utf-8").strip())
+        except (UnicodeDecodeError, httpx.InvalidURL) as exc:
+            raise UpstreamError(f"{self.host} sent an invalid endpoint", reason="upstream_invalid") from exc
+        if (target.scheme, target.host, target.port) != (base.scheme, base.host, base.port):
+            raise UpstreamError(
+                f"{self.host} pointed its endpoint at another origin ({target.scheme}://{target.host})",
+                reason="ssrf_blocked",
+            )
+        return str(self.egress.check_url(target))
+
+    async def send(self, message: dict[str, Any], *, timeout_s: float | None = None) -> None:
+        if self.endpoint is None:
+            raise RuntimeError("start() the transport first")
+        headers = {**self.headers, "Content-Type": "application/json"}
+        answer = await self.egress.send(
+            "POST", self.endpoint, headers=headers, content=orjson.dumps(message), timeout_s=timeout_s
+        )
+        if answer.status >= 400:
+            raise UpstreamError(
+                f"{self.host} refused a message (HTTP {answer.status})",
+                reason="upstream_unavailable",
+                data={"status": answer.status},
+            )
+
+    async def aclose(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+
+async def connect_http(
+    egress: Egress,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 30,
+    client_info: dict[str, Any] | None = None,
+    session_options: dict[str, Any] | None = None,
+    prefer_modern: bool = True,
+) -> McpSession:
+    """A connected session to the MCP server at ``url`` (era negotiated; close it with aclose).
+
+    Streamable HTTP first (modern, then the initialize handshake; ``prefer_modern=False``
+    skips the probe); legacy HTTP+SSE on the same URL only when the POST of ``initialize``
+    is refused with 400/404/405. ``session_options`` go to ``McpSession`` (e.g.
+    ``on_tools_changed``).
+    """
+    transport = StreamableHttpTransport(egress, url, headers)
+    session = McpSession(transport, client_info=client_info, **(session_options or {}))
+    try:
+        await session.connect(timeout_s=timeout_s, modern=prefer_modern)
+        return session
+    except Refused:
+        await session.aclose()
+    except BaseException:
+        await session.aclose()
+        raise
+    return await connect_sse(
+        egress,
+        url,
+        headers=headers,
+        timeout_s=timeout_s,
+        client_info=client_info,
+        session_options=session_options,
+    )
+
+
+async def connect_sse(
+    egress: Egress,
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 30,
+    client_info: dict[str, Any] | None = None,
+    session_options: dict[str, Any] | None = None,
+) -> McpSession:
+    """A connected session over legacy HTTP+SSE (``url`` is the SSE stream, e.g. ``/sse``)."""
+    transport = LegacySseTransport(egress, url, headers, timeout_s=timeout_s)
+    session = McpSession(transport, client_info=client_info, **(session_options or {}))
+    try:
+        await session.connect(timeout_s=timeout_s, modern=False)
+    except BaseException:
+        await session.aclose()
+        raise
+    return session

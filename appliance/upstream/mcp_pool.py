@@ -1,0 +1,151 @@
+"""One live MCP session per toolkit, reused across calls, rebuilt after a failure.
+
+A handshake per call would add a round trip (and, for stdio, a process) to every tool
+call; so the pool keeps the session a toolkit's first call opened. A session whose
+connection failed (``upstream_unavailable``: the child died, the server restarted, the
+session expired twice) is dropped, and the *next* call opens a fresh one: the failing call
+itself is never retried here, because it may already have acted upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from appliance.errors import InvalidParams, UpstreamError
+from appliance.upstream.mcp_http import connect_http, connect_sse
+from appliance.upstream.mcp_session import McpSession, ProgressCallback
+from appliance.upstream.mcp_stdio import StdioTransport
+from appliance.upstream.processes import ProcessRegistry, StdioProcess, StdioSpec
+from appliance.upstream.transport import Egress
+
+log = logging.getLogger(__name__)
+
+TRANSPORTS = ("http", "sse", "stdio")
+_MAX_BACKOFF_WAIT_S = 2.0
+
+
+class McpPool:
+    def __init__(
+        self,
+        egress: Egress,
+        processes: ProcessRegistry,
+        *,
+        stdio_idle_s: float = 600.0,
+        stdio_start_timeout_s: float = 60.0,
+        client_info: dict[str, Any] | None = None,
+    ) -> None:
+        self.egress = egress
+        self.processes = processes
+        self.stdio_idle_s = stdio_idle_s
+        self.stdio_start_timeout_s = stdio_start_timeout_s
+        self.client_info = client_info
+        self._sessions: dict[str, tuple[McpSession, dict[str, Any]]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _open(self, key: str, connection: dict[str, Any], timeout_s: float) -> McpSession:
+        transport = connection.get("transport")
+        if transport == "stdio":
+            spec = StdioSpec(
+                command=str(connection.get("command", "")),
+                args=tuple(str(a) for a in connection.get("args") or ()),
+                env={str(k): str(v) for k, v in (connection.get("env") or {}).items()},
+                cwd=str(connection.get("cwd") or ""),
+                idle_timeout_s=self.stdio_idle_s,
+                start_timeout_s=self.stdio_start_timeout_s,
+            )
+            process = await self.processes.put(key, spec)
+            await self._wait_out_backoff(process, timeout_s)
+            session = McpSession(StdioTransport(process), client_info=self.client_info)
+            try:
+                # The first answer may wait for npx to install the package.
+                await session.connect(timeout_s=max(timeout_s, self.stdio_start_timeout_s))
+            except BaseException:
+                await session.aclose()
+                raise
+            return session
+        url = str(connection.get("url", ""))
+        headers = dict(connection.get("headers") or {})
+        if transport == "sse":
+            return await connect_sse(
+                self.egress, url, headers=headers, timeout_s=timeout_s, client_info=self.client_info
+            )
+        if transport == "http":
+            return await connect_http(
+                self.egress, url, headers=headers, timeout_s=timeout_s, client_info=self.client_info
+            )
+        raise InvalidParams(
+            f"unknown MCP transport {transport!r}; use one of {', '.join(TRANSPORTS)}", field="transport"
+        )
+
+    @staticmethod
+    async def _wait_out_backoff(process: StdioProcess, timeout_s: float) -> None:
+        """After one crash the restart back-off is short: wait it out rather than fail the call.
+
+        A crash loop's back-off grows past ``_MAX_BACKOFF_WAIT_S``; then the call fails at once
+        with the retry time, so a broken server cannot hold callers for long.
+        """
+        try:
+            await process.start()
+        except UpstreamError as exc:
+            wait = exc.data.get("retry_after_s")
+            if not isinstance(wait, int | float) or wait > min(_MAX_BACKOFF_WAIT_S, timeout_s):
+                raise
+            await asyncio.sleep(wait)
+
+    @contextlib.asynccontextmanager
+    async def temporary(self, connection: dict[str, Any], *, timeout_s: float) -> AsyncIterator[McpSession]:
+        """A session that is not pooled (imports, dry runs); closed on exit."""
+        key = f"import-{id(connection):x}"
+        session = await self._open(key, connection, timeout_s)
+        try:
+            yield session
+        finally:
+            await session.aclose()
+
+    async def session(self, key: str, connection: dict[str, Any], *, timeout_s: float) -> McpSession:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            held = self._sessions.get(key)
+            if held is not None and held[1] == connection and not held[0].is_closed:
+                return held[0]
+            if held is not None:  # gone (a child died, a server restarted) or reconfigured
+                await self._close(key)
+            session = await self._open(key, connection, timeout_s)
+            self._sessions[key] = (session, dict(connection))
+            return session
+
+    async def call_tool(
+        self,
+        key: str,
+        connection: dict[str, Any],
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        timeout_s: float,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        session = await self.session(key, connection, timeout_s=timeout_s)
+        try:
+            return await session.call_tool(name, arguments, timeout_s=timeout_s, on_progress=on_progress)
+        except UpstreamError as exc:
+            if exc.reason in ("upstream_unavailable", "upstream_invalid"):
+                await self.discard(key)
+            raise
+
+    async def discard(self, key: str) -> None:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            await self._close(key)
+
+    async def _close(self, key: str) -> None:
+        held = self._sessions.pop(key, None)
+        if held is not None:
+            with contextlib.suppress(Exception):
+                await held[0].aclose()
+
+    async def aclose(self) -> None:
+        for key in list(self._sessions):
+            await self._close(key)
+        await self.processes.aclose()

@@ -1,0 +1,211 @@
+"""MCP servers as toolkits, end to end: a real appliance, real upstreams, the official SDK.
+
+Upstreams: ``../shared/peers/upstream_server.py`` over streamable HTTP (a process the test
+starts) and over stdio (a child the gateway spawns), and npm server-everything over stdio.
+Each is imported with the real CLI; an SDK client then searches, describes and runs their
+tools through the bridge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.support.peers import EVERYTHING, UPSTREAM, free_port, peer
+from tests.support.servers import Appliance, cli, running_appliance
+
+pytestmark = pytest.mark.e2e
+STDIO_ENV = ["--env", "UPSTREAM_TRANSPORT=stdio"]
+
+
+@asynccontextmanager
+async def connect(app: Appliance) -> AsyncIterator[Client]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
+        Client(streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=60) as client,
+    ):
+        yield client
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+def imported(app: Appliance, *args: str) -> dict[str, Any]:
+    done = cli(
+        app.data_dir,
+        "import",
+        "mcp",
+        "--json",
+        *args,
+        env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    logs = tmp_path_factory.mktemp("peers")
+    port = free_port()
+    argv = [sys.executable, str(UPSTREAM), "--transport", "streamable-http", "--port", str(port)]
+    with (
+        peer(argv, port, logs / "http.log"),
+        running_appliance(tmp_path_factory.mktemp("mcp") / "data") as running,
+    ):
+        report = imported(running, f"http://127.0.0.1:{port}/mcp", "--slug", "httpup")
+        assert report["tool_count"] == 9
+        report = imported(running, "--slug", "stdioup", *STDIO_ENV, "--", sys.executable, str(UPSTREAM))
+        assert "over stdio" in report["notes"][-1]
+        if EVERYTHING.exists():
+            imported(running, "--slug", "everything", "--", "node", str(EVERYTHING.resolve()), "stdio")
+        yield running
+
+
+def structured(result: Any) -> Any:
+    assert result.is_error is False, result
+    return result.structured_content
+
+
+@pytest.mark.parametrize("slug", ["httpup", "stdioup"])
+def test_search_finds_upstream_tools_and_each_runs_with_its_runner(app: Appliance, slug: str) -> None:
+    async def scenario() -> None:
+        async with connect(app) as client:
+            found = structured(
+                await client.call_tool("search_tools", {"query": "store value under key", "toolkit": slug})
+            )
+            first = found["results"][0]
+            assert first["name"] == f"{slug}__write_item"
+            assert first["runner"] == "run_tool"
+            written = await client.call_tool(
+                "run_tool", {"tool": f"{slug}__write_item", "input": {"key": "k", "value": slug}}
+            )
+            assert written.is_error is False
+            read = await client.call_tool("use_tool", {"tool": f"{slug}__read_item", "input": {"key": "k"}})
+            assert slug in read.content[0].text
+            wrong = await client.call_tool(
+                "use_tool", {"tool": f"{slug}__delete_item", "input": {"key": "k"}}
+            )
+            assert wrong.is_error is True and "run_destructive_tool" in wrong.content[0].text
+            deleted = await client.call_tool(
+                "run_destructive_tool", {"tool": f"{slug}__delete_item", "input": {"key": "k"}}
+            )
+            assert deleted.is_error is False
+            added = structured(await client.call_tool(f"{slug}__add", {"a": 2, "b": 3}))
+            assert added == {"result": 5}
+            failed = await client.call_tool(f"{slug}__fail", {})
+            assert failed.is_error is True
+
+    run(scenario())
+
+
+def test_kinds_come_from_the_upstream_annotations(app: Appliance) -> None:
+    async def scenario() -> None:
+        async with connect(app) as client:
+            described = structured(
+                await client.call_tool(
+                    "describe_tools",
+                    {
+                        "names": [
+                            "httpup__read_item",
+                            "httpup__write_item",
+                            "httpup__delete_item",
+                            "httpup__add",
+                        ]
+                    },
+                )
+            )
+            kinds = {t["name"]: t["kind"] for t in described["tools"]}
+            assert kinds["httpup__read_item"] == "read"
+            assert kinds["httpup__write_item"] == "write"
+            assert kinds["httpup__delete_item"] == "destructive"
+
+    run(scenario())
+
+
+def test_an_upstream_protocol_error_is_an_iserror_result_naming_the_reason(app: Appliance) -> None:
+    async def scenario() -> None:
+        async with connect(app) as client:
+            result = await client.call_tool("httpup__protocol_error", {"code": -32000, "message": "nope"})
+            assert result.is_error is True
+            assert result.meta["toolspoke/reason"] == "upstream_error"
+
+    run(scenario())
+
+
+def test_server_everything_over_stdio_is_searchable_and_callable(app: Appliance) -> None:
+    if not EVERYTHING.exists():
+        pytest.fail("tests/peers is not installed: run `make test`")
+
+    async def scenario() -> None:
+        async with connect(app) as client:
+            found = structured(
+                await client.call_tool("search_tools", {"query": "echo a message", "toolkit": "everything"})
+            )
+            echo = next(r for r in found["results"] if r["name"] == "everything__echo")
+            result = await client.call_tool(
+                echo["runner"], {"tool": "everything__echo", "input": {"message": "hi there"}}
+            )
+            assert result.is_error is False
+            assert "hi there" in result.content[0].text
+
+    run(scenario())
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_killed_stdio_upstream_is_restarted_by_the_next_call_and_none_outlives_serve(
+    tmp_path: Path,
+) -> None:
+    with running_appliance(tmp_path / "data") as app:
+        imported(app, "--slug", "s", *STDIO_ENV, "--", sys.executable, str(UPSTREAM))
+
+        async def call() -> Any:
+            async with connect(app) as client:
+                return await client.call_tool("s__add", {"a": 1, "b": 1})
+
+        assert run(call()).is_error is False
+        children = _children(app.proc.pid)
+        assert len(children) == 1
+        os.kill(children[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _alive(children[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run(call()).is_error is False  # the next call restarts it
+        survivors = _children(app.proc.pid)
+        assert len(survivors) == 1 and survivors[0] != children[0]
+    assert not _alive(survivors[0]), "a stdio child outlived `toolspoke serve`"
