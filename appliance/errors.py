@@ -6,7 +6,9 @@
     ├── ConfigError                     (start-up only; CLI exit 2)
     ├── StorageError                    503  -32003  storage_unavailable
     ├── InvalidRequest                  400  -32600  invalid_request
-    │   └── ParseError                  400  -32700  parse_error
+    │   ├── ParseError                  400  -32700  parse_error
+    │   ├── HeaderMismatch              400  -32020  header_mismatch  (2026-07-28 routing headers)
+    │   └── UnsupportedProtocolVersion  400  -32022  unsupported_protocol_version
     ├── MethodNotFound                  404  -32601  method_not_found
     ├── InvalidParams                   422  -32602  invalid_params   (names the member in ``field``)
     │   ├── ToolNotFound                404  -32602  tool_not_found   (same text for unseen and absent)
@@ -70,6 +72,20 @@ class InvalidRequest(ApplianceError):
 class ParseError(InvalidRequest):
     rpc_code = -32700
     reason = "parse_error"
+
+
+class HeaderMismatch(InvalidRequest):
+    """2026-07-28: a routing header is missing or disagrees with the body (HTTP 400, -32020)."""
+
+    rpc_code = -32020
+    reason = "header_mismatch"
+
+
+class UnsupportedProtocolVersion(InvalidRequest):
+    """2026-07-28: the request's protocol version is not served here (HTTP 400, -32022)."""
+
+    rpc_code = -32022
+    reason = "unsupported_protocol_version"
 
 
 class MethodNotFound(ApplianceError):

@@ -19,12 +19,18 @@ from appliance.gateway import bridge
 from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal
-from appliance.rpc import jsonrpc
+from appliance.rpc import jsonrpc, modern
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # the legacy (handshake) era
 LATEST = SUPPORTED_VERSIONS[0]
+ALL_VERSIONS = (modern.MODERN_VERSION, *SUPPORTED_VERSIONS)
+SERVER_INFO = {"name": "toolspoke", "title": "toolspoke tool gateway", "version": __version__}
+# tools/list changes only when an import adds the first guide; a short freshness hint keeps
+# modern clients from re-listing on every turn. "private": the list will depend on the
+# caller's grants, so shared caches must not serve it across credentials.
+TOOLS_LIST_TTL_MS = 60_000
 DEFAULT_VERSION = "2025-03-26"  # what the transport spec says to assume without a header
 META_PREFIX = "toolspoke/"
 
@@ -39,6 +45,7 @@ INSTRUCTIONS = (
 class CallContext:
     principal: Principal
     protocol_version: str
+    modern: bool = False
 
 
 def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
@@ -50,8 +57,19 @@ def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
     return {
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
-        "serverInfo": {"name": "toolspoke", "title": "toolspoke tool gateway", "version": __version__},
+        "serverInfo": SERVER_INFO,
         "instructions": INSTRUCTIONS,
+    }
+
+
+def discover_result() -> dict[str, Any]:
+    """``server/discover`` (2026-07-28): versions, capabilities and identity, up front."""
+    return {
+        "supportedVersions": list(ALL_VERSIONS),
+        "capabilities": {"tools": {"listChanged": False}},
+        "instructions": INSTRUCTIONS,
+        "ttlMs": 3_600_000,
+        "cacheScope": "public",
     }
 
 
@@ -94,24 +112,39 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
 async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
     """The result object for one request (raises ApplianceError for protocol errors)."""
     method, params = msg.method, msg.params
-    if method == "ping":
-        return {}
     if method == "tools/list":
         cursor = params.get("cursor")
         if cursor is not None:
             raise InvalidParams("unknown cursor: tools/list has a single page", field="cursor")
-        return {"tools": await bridge.list_tools(rt)}
+        listed: dict[str, Any] = {"tools": await bridge.list_tools(rt)}
+        if ctx.modern:
+            listed.update(ttlMs=TOOLS_LIST_TTL_MS, cacheScope="private")
+        return listed
     if method == "tools/call":
         return await _tools_call(rt, ctx, params)
-    if method == "initialize":
+    if ctx.modern:
+        # 2026-07-28 removed ping and the handshake; discover replaces both.
+        if method == "server/discover":
+            return discover_result()
+    elif method == "ping":
+        return {}
+    elif method == "initialize":
         return initialize_result(params)
     raise MethodNotFound(f"method not found: {method}", field="method", data={"method": method})
+
+
+def _stamp(result: dict[str, Any]) -> dict[str, Any]:
+    """Every 2026-07-28 result says it is complete and who answered."""
+    meta = dict(result.get("_meta") or {})
+    meta[modern.SERVER_INFO_KEY] = SERVER_INFO
+    return {**result, "resultType": "complete", "_meta": meta}
 
 
 async def respond(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
     """A full JSON-RPC response for a request; never raises."""
     try:
-        return jsonrpc.result(msg.id, await dispatch(rt, ctx, msg))
+        result = await dispatch(rt, ctx, msg)
+        return jsonrpc.result(msg.id, _stamp(result) if ctx.modern else result)
     except ApplianceError as exc:
         if type(exc) is ApplianceError:
             return internal_error(msg.id, exc)

@@ -14,8 +14,8 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, InvalidRequest, MethodNotFound, Unauthorized
-from appliance.rpc import jsonrpc, mcp
+from appliance.errors import ApplianceError, InvalidRequest, Unauthorized
+from appliance.rpc import jsonrpc, mcp, modern
 from appliance.rpc.sessions import SessionStore
 from appliance.web.guards import authenticate, check_host, check_origin
 
@@ -49,13 +49,37 @@ def _accept_ok(request: Request) -> bool:
     return any(t in accept for t in ("application/json", "text/event-stream", "*/*", "application/*"))
 
 
-def _reply(request: Request, payload: dict[str, Any], headers: dict[str, str]) -> HTTPResponse:
-    if _wants_sse(request):
+def _reply(
+    request: Request, payload: dict[str, Any], headers: dict[str, str], status: int = 200
+) -> HTTPResponse:
+    if _wants_sse(request) and status == 200:
         body = b"event: message\ndata: " + jsonrpc.encode(payload) + b"\n\n"
         return response.raw(
-            body, headers={**headers, "Cache-Control": "no-store"}, content_type="text/event-stream"
+            body,
+            headers={**headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            content_type="text/event-stream",
         )
-    return _json(payload, 200, headers)
+    return _json(payload, status, headers)
+
+
+# 2026-07-28: the HTTP status follows the JSON-RPC error code, so that intermediaries and
+# dual-era clients can tell a modern refusal from a legacy server's plain 400/404.
+_MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400, -32601: 404}
+
+
+async def _serve_modern(request: Request, principal: Any, msg: jsonrpc.Message) -> HTTPResponse:
+    """One stateless request: no session is read, minted or echoed."""
+    if msg.kind != "request":
+        return response.empty(status=202)
+    routing = {name: request.headers.getall(name, []) for name in modern.ROUTING_HEADERS}
+    try:
+        envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
+    except ApplianceError as exc:
+        return _error(exc, msg.id, status=400)
+    ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True)
+    reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
+    status = _MODERN_STATUS.get(reply["error"]["code"], 200) if "error" in reply else 200
+    return _reply(request, reply, {}, status)
 
 
 def _sessions(request: Request) -> SessionStore:
@@ -91,6 +115,8 @@ async def post_mcp(request: Request) -> HTTPResponse:
     except InvalidRequest as exc:
         return _error(exc, exc.data.get("id"), status=400)
 
+    if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
+        return await _serve_modern(request, principal, msg)
     rt = request.app.ctx.rt
     sessions = _sessions(request)
     headers: dict[str, str] = {}
@@ -109,14 +135,8 @@ async def post_mcp(request: Request) -> HTTPResponse:
     session_id = request.headers.get(SESSION_HEADER)
     if session_id is None:
         if msg.kind == "request" and msg.method == "server/discover":
-            # The stateless 2026-07-28 probe: a JSON-RPC error makes SDK 2.x clients fall
-            # back to the initialize handshake on the same connection.
-            return _json(
-                jsonrpc.error(
-                    msg.id,
-                    MethodNotFound("server/discover is not supported here; use initialize", field="method"),
-                )
-            )
+            # A discover without the modern envelope: answer it for what it is asking.
+            return _json(jsonrpc.result(msg.id, {**mcp.discover_result(), "resultType": "complete"}))
         if msg.kind == "request" and msg.method == "ping":
             return _reply(request, jsonrpc.result(msg.id, {}), headers)
         return _error(

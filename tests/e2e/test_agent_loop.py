@@ -82,12 +82,15 @@ def structured(result: Any) -> Any:
     return result.structured_content
 
 
+@pytest.mark.parametrize(("mode", "era"), [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
 def test_an_sdk_client_searches_describes_and_uses_a_tool_and_the_upstream_sees_the_request(
-    app: Appliance, upstream: PetstoreUpstream
+    app: Appliance, upstream: PetstoreUpstream, mode: str, era: str
 ) -> None:
     async def scenario() -> None:
-        async with connect(app) as client:
-            assert client.session.protocol_version == "2025-11-25"
+        async with connect(app, mode=mode) as client:
+            # SDK 2.x speaks the stateless revision without falling back; a legacy
+            # (handshake) client still works on the same endpoint.
+            assert client.session.protocol_version == era
             listed = await client.list_tools()
             assert {t.name for t in listed.tools} == BRIDGE
             found = structured(await client.call_tool("search_tools", {"query": "list all pets"}))

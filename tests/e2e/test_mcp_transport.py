@@ -176,14 +176,6 @@ def test_an_unknown_method_gets_32601_naming_it(http: httpx.Client) -> None:
     assert "tools/explode" in r.json()["error"]["message"]
 
 
-def test_server_discover_without_a_session_gets_a_json_rpc_error_so_sdk_clients_fall_back(
-    http: httpx.Client,
-) -> None:
-    r = _rpc(http, {"MCP-Protocol-Version": "2026-07-28"}, "server/discover")
-    assert r.status_code == 200
-    assert r.json()["error"]["code"] == -32601
-
-
 def test_requests_need_a_live_session(http: httpx.Client) -> None:
     r = _rpc(http, {}, "tools/list")
     assert r.status_code == 400
