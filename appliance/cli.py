@@ -295,6 +295,9 @@ def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
 )
 @click.option("--server", default=None, help="Which server of --config (when it lists several).")
 @click.option("--dry-run", is_flag=True, help="Connect and list the tools; store nothing.")
+@click.option(
+    "--require-approval", "approve_new", is_flag=True, help="Store the tools pending until approved."
+)
 @click.option("--replace", is_flag=True)
 @_DATA_DIR
 @_JSON
@@ -307,6 +310,7 @@ def import_mcp(
     mcp_config: str | None,
     server: str | None,
     dry_run: bool,
+    approve_new: bool,
     replace: bool,
     data_dir: str | None,
     as_json: bool,
@@ -358,7 +362,13 @@ def import_mcp(
     async def work(rt: Any) -> Any:
         connection = imports.mcp_connection(url=url, command=command, args=args, env=env, transport=transport)
         return await imports.import_mcp(
-            rt, connection, slug=slug, project=project, dry_run=dry_run, replace=replace
+            rt,
+            connection,
+            slug=slug,
+            project=project,
+            dry_run=dry_run,
+            replace=replace,
+            approve_new=approve_new,
         )
 
     _print_report(_run(settings, work), as_json)
@@ -539,3 +549,132 @@ def eval_(
         click.echo(f"  {key:<10} {summary[key]:.3f}")
     lat = summary["latency_ms"]
     click.echo(f"  latency    p50 {lat['p50']:.2f} ms  p95 {lat['p95']:.2f} ms  p99 {lat['p99']:.2f} ms")
+
+
+# -- re-sync, approval, reclassification ------------------------------------------------------
+
+
+@main.command(name="sync")
+@click.argument("slug")
+@click.option("--project", default="default", show_default=True)
+@_DATA_DIR
+@_CONFIG
+@_JSON
+@_guard
+def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """Re-sync an MCP toolkit: new tools arrive pending, vanished ones are disabled."""
+    from appliance.gateway import sync
+
+    settings = _settings(config_file, data_dir=data_dir)
+    report = _run(settings, lambda rt: sync.resync_toolkit(rt, slug, project=project))
+    if as_json:
+        _emit(report.as_dict())
+        return
+    for label, names in (
+        ("added (pending)", report.added),
+        ("changed (pending again)", report.changed),
+        ("returned (pending)", report.returned),
+        ("removed (disabled)", report.removed),
+    ):
+        for name in names:
+            click.echo(f"{label:<24} {name}")
+    click.echo(f"{project}/{slug}: {report.unchanged} unchanged, {len(report.pending)} pending approval")
+
+
+@main.command()
+@click.argument("slug")
+@click.option("--project", default="default", show_default=True)
+@_DATA_DIR
+@_CONFIG
+@_JSON
+@_guard
+def pending(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """List a toolkit's tools awaiting approval."""
+    from appliance.gateway import sync
+
+    settings = _settings(config_file, data_dir=data_dir)
+    tools = _run(settings, lambda rt: sync.list_pending(rt, slug, project))
+    if as_json:
+        _emit({"toolkit": slug, "project": project, "pending": tools})
+        return
+    for t in tools:
+        click.echo(f"{t['name']:<48} {t['kind']:<12} {t['description'][:80]}")
+    if not tools:
+        click.echo(f"{project}/{slug}: nothing pending")
+
+
+@main.command()
+@click.argument("slug")
+@click.option("--tool", "tool_names", multiple=True, metavar="NAME", help="A tool to approve (repeatable).")
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending tool.")
+@click.option("--project", default="default", show_default=True)
+@_DATA_DIR
+@_CONFIG
+@_JSON
+@_guard
+def approve(
+    slug: str,
+    tool_names: tuple[str, ...],
+    approve_all: bool,
+    project: str,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Approve pending tools so agents can find and call them."""
+    from appliance.gateway import sync
+
+    if approve_all == bool(tool_names):
+        _fail("give --tool NAME (repeatable) or --all", 2)
+    settings = _settings(config_file, data_dir=data_dir)
+    chosen = None if approve_all else list(tool_names)
+    approved = _run(settings, lambda rt: sync.approve(rt, slug, project=project, tools=chosen))
+    if as_json:
+        _emit({"toolkit": slug, "project": project, "approved": approved})
+        return
+    for name in approved:
+        click.echo(f"approved {name}")
+    if not approved:
+        click.echo("nothing to approve")
+
+
+@main.command()
+@click.argument("tool")
+@click.argument("kind", type=click.Choice(["read", "write", "destructive", "auto"]))
+@click.option("--project", default=None, help="Needed only when the name exists in several projects.")
+@_DATA_DIR
+@_CONFIG
+@_JSON
+@_guard
+def reclassify(
+    tool: str, kind: str, project: str | None, data_dir: str | None, config_file: str | None, as_json: bool
+) -> None:
+    """Set a tool's kind (it decides the runner agents must use); `auto` returns to the source's."""
+    from appliance.gateway import sync
+
+    settings = _settings(config_file, data_dir=data_dir)
+    result = _run(settings, lambda rt: sync.reclassify(rt, tool, kind, project=project))
+    if as_json:
+        _emit(result)
+        return
+    click.echo(f"{result['project']}/{result['name']}: {result['kind']} (runner {result['runner']})")
+
+
+@main.command()
+@_DATA_DIR
+@_CONFIG
+@_guard
+def stdio(data_dir: str | None, config_file: str | None) -> None:
+    """Serve the bridge over stdio for desktop MCP clients (key from TOOLSPOKE_API_KEY)."""
+    from appliance.web.stdio import serve_stdio
+
+    settings = _settings(config_file, data_dir=data_dir)
+    # stdout carries MCP messages only; every log line goes to stderr.
+    logging.basicConfig(
+        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not settings.api_key:
+        _fail("toolspoke stdio needs an API key in TOOLSPOKE_API_KEY", 2)
+    assert settings.api_key is not None
+    key = settings.api_key
+    _run(settings, lambda rt: serve_stdio(rt, key))

@@ -61,6 +61,16 @@ def _positive(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return parse
 
 
+def _non_negative(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def parse(raw: Any) -> Any:
+        value = kind(raw)
+        if value < 0:
+            raise ValueError("must be 0 or greater")
+        return value
+
+    return parse
+
+
 def _default_data_dir() -> str:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "toolspoke")
@@ -99,6 +109,14 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "Admin API key that `init` installs instead of generating one (for automation). "
         "Stored hashed; never printed back.",
+    ),
+    Setting(
+        "api_key",
+        "TOOLSPOKE_API_KEY",
+        None,
+        str,
+        "The API key `toolspoke stdio` acts with (a desktop client's config passes it in the "
+        "environment). Checked on every request, so revoking it takes effect at once.",
     ),
     Setting(
         "allowed_origins",
@@ -212,6 +230,63 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds a stdio upstream may take to answer its first message (npx may be installing "
         "a package); until then it is `starting`, not broken.",
     ),
+    # -- upstream health probes (issue 3 item 7; gateway/health.py) -------------------
+    Setting(
+        "health_interval_s",
+        "TOOLSPOKE_HEALTH_INTERVAL_S",
+        30.0,
+        _non_negative(float),
+        "Seconds between health probes of every upstream toolkit (MCP: ping or server/discover; "
+        "OpenAPI: DNS and TCP connect only). 0 turns probes off, and with them the fast "
+        "`upstream_broken` refusal.",
+    ),
+    Setting(
+        "health_timeout_s",
+        "TOOLSPOKE_HEALTH_TIMEOUT_S",
+        10.0,
+        _positive(float),
+        "Deadline in seconds for one health probe; a probe that misses it counts as a failure.",
+    ),
+    Setting(
+        "health_slow_s",
+        "TOOLSPOKE_HEALTH_SLOW_S",
+        5.0,
+        _positive(float),
+        "A probe answered later than this many seconds is slow; slow answers in a row make a "
+        "toolkit `degraded`, one alone changes nothing.",
+    ),
+    Setting(
+        "health_degraded_after",
+        "TOOLSPOKE_HEALTH_DEGRADED_AFTER",
+        2,
+        _positive(int),
+        "Consecutive failed (or slow) probes after which an active toolkit becomes `degraded`.",
+    ),
+    Setting(
+        "health_broken_after",
+        "TOOLSPOKE_HEALTH_BROKEN_AFTER",
+        4,
+        _positive(int),
+        "Consecutive failures after which a toolkit becomes `broken`: its tools then answer at "
+        "once with `upstream_broken` until probes see it recover.",
+    ),
+    Setting(
+        "health_recover_after",
+        "TOOLSPOKE_HEALTH_RECOVER_AFTER",
+        2,
+        _positive(int),
+        "Consecutive successful probes after which a degraded or broken toolkit is `active` again.",
+    ),
+    # -- end of upstream health probes ---------------------------------------------------
+    # -- MCP re-sync (issue 3 item 6; gateway/sync_schedule.py) --------------------------
+    Setting(
+        "mcp_resync_s",
+        "TOOLSPOKE_MCP_RESYNC_S",
+        3600.0,
+        _non_negative(float),
+        "Seconds between periodic re-syncs of every MCP toolkit's tool list (0: off; a "
+        "`tools/list_changed` notification and `toolspoke sync` still re-sync).",
+    ),
     Setting(
         "demo",
         "TOOLSPOKE_DEMO",
@@ -238,6 +313,7 @@ class Settings:
     host: str
     port: int
     admin_key: str | None
+    api_key: str | None
     allowed_origins: tuple[str, ...]
     allowed_hosts: tuple[str, ...]
     allowed_tool_cidrs: tuple[str, ...]
@@ -253,6 +329,15 @@ class Settings:
     stdio_inherit_env: tuple[str, ...]
     stdio_idle_s: float
     stdio_start_timeout_s: float
+    # upstream health probes
+    health_interval_s: float
+    health_timeout_s: float
+    health_slow_s: float
+    health_degraded_after: int
+    health_broken_after: int
+    health_recover_after: int
+    # MCP re-sync
+    mcp_resync_s: float
     demo: bool
     log_level: str
 

@@ -89,6 +89,10 @@ class Toolkit:
     tool_count: int
     created_at: str
     updated_at: str
+    # Upstream health (see upstream/health.py); catalogue toolkits stay "active".
+    health: str = "active"
+    health_reason: str = ""
+    health_changed_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ class Tool:
     annotations: dict[str, Any]
     source_kind: str
     base_url: str | None
+    health: str = "active"  # its toolkit's upstream health
 
     @property
     def runner(self) -> str:

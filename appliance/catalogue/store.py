@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from appliance.catalogue.sync import fingerprint
 from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, NotFound
 from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
@@ -17,7 +18,7 @@ from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
 _TOOL_COLUMNS = """
     t.id, t.toolkit_id, t.name, t.upstream_name, t.grp, t.title, t.description,
     COALESCE(t.kind_override, t.kind) AS kind, t.input_schema, t.binding, t.annotations,
-    k.slug AS toolkit, k.source_kind, k.base_url, p.slug AS project
+    k.slug AS toolkit, k.source_kind, k.base_url, k.health, p.slug AS project
 """
 # Only active tools exist for callers: pending ones await approval, disabled ones are gone
 # upstream. Every read path for callers filters on this.
@@ -44,6 +45,7 @@ def _tool(row: Any) -> Tool:
         annotations=loads(row["annotations"]) or {},
         source_kind=row["source_kind"],
         base_url=row["base_url"],
+        health=row["health"],
     )
 
 
@@ -61,6 +63,9 @@ def _toolkit(row: Any) -> Toolkit:
         tool_count=row["tool_count"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        health=row["health"],
+        health_reason=row["health_reason"],
+        health_changed_at=row["health_changed_at"],
     )
 
 
@@ -79,10 +84,12 @@ async def ensure_project(tx: WriteTx, project: str) -> int:
 
 
 async def store_toolkit(
-    tx: WriteTx, draft: ToolkitDraft, *, project: str, replace: bool
+    tx: WriteTx, draft: ToolkitDraft, *, project: str, replace: bool, state: str = "active"
 ) -> tuple[int, list[tuple[int, ToolDraft]], list[int]]:
     """Insert (or replace) a toolkit and its tools.
 
+    Tools are stored in ``state`` (``pending`` when the owner asked to approve them first)
+    with their fingerprint, which later re-syncs compare against (see ``catalogue/sync``).
     Returns the toolkit id, the new tools with their ids, and the ids of tools removed by
     a replace (so the caller can drop them from the search index in the same transaction).
     """
@@ -137,7 +144,8 @@ async def store_toolkit(
     for tool in draft.tools:
         tool_id = await tx.run(
             "INSERT INTO tools (toolkit_id, name, upstream_name, grp, title, description, kind,"
-            " input_schema, binding, annotations) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " input_schema, binding, annotations, state, fingerprint)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 kit_id,
                 tool.name,
@@ -149,6 +157,8 @@ async def store_toolkit(
                 dumps(tool.input_schema),
                 None if tool.binding is None else dumps(tool.binding),
                 dumps(tool.annotations),
+                state,
+                fingerprint(tool),
             ),
         )
         stored.append((tool_id, tool))
@@ -229,6 +239,26 @@ async def toolkit_connection(conn: ReadConn, toolkit_id: int) -> dict[str, Any] 
     return None if row is None else loads(row["connection"])
 
 
+async def set_toolkit_health(tx: WriteTx, toolkit_id: int, health: str, reason: str) -> str | None:
+    """Record a health transition; the time it was recorded (None: the toolkit is gone)."""
+    await tx.run(
+        "UPDATE toolkits SET health = ?, health_reason = ?,"
+        " health_changed_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') WHERE id = ?",
+        (health, reason, toolkit_id),
+    )
+    row = await tx.one("SELECT health_changed_at FROM toolkits WHERE id = ?", (toolkit_id,))
+    return None if row is None else str(row["health_changed_at"])
+
+
 async def tool_count(conn: ReadConn) -> int:
     row = await conn.one("SELECT count(*) AS n FROM tools")
     return int(row["n"])
+
+
+async def tools_in_toolkit(conn: ReadConn, toolkit_id: int) -> list[Tool]:
+    """A toolkit's active tools, in a stable order (for ``/mcp/<slug>``)."""
+    rows = await conn.all(
+        f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.toolkit_id = ? AND {_ACTIVE} ORDER BY t.upstream_name",
+        (toolkit_id,),
+    )
+    return [_tool(r) for r in rows]

@@ -126,6 +126,7 @@ def describe(tool: Tool) -> dict[str, Any]:
         "project": tool.project,
         "kind": tool.kind,
         "runner": tool.runner,
+        "health": tool.health,
         "description": tool.description or tool.title,
         "input_schema": tool.input_schema,
     }
@@ -191,6 +192,7 @@ async def list_toolkits(rt: Runtime, *, project: str | None = None) -> list[dict
             "project": k.project,
             "title": k.title,
             "has_guide": bool(k.guide),
+            "health": k.health,
             "tools": names.get(k.id, []),
         }
         for k in kits

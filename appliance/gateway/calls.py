@@ -12,6 +12,7 @@ from typing import Any
 
 from appliance.catalogue import store
 from appliance.errors import InvalidParams, ToolNotFound, UpstreamError, WrongRunner
+from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
@@ -125,9 +126,14 @@ async def _call_mcp(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallR
         raise UpstreamError(
             f"toolkit {tool.toolkit!r} has no MCP connection configured", reason="no_upstream"
         )
-    raw = await rt.mcp.call_tool(
-        pool_key(tool), connection, tool.upstream_name, arguments, timeout_s=rt.settings.upstream_timeout_s
-    )
+    async with watched(rt, tool):  # health: refuse at once when broken; feed the outcome
+        raw = await rt.mcp.call_tool(
+            pool_key(tool),
+            connection,
+            tool.upstream_name,
+            arguments,
+            timeout_s=rt.settings.upstream_timeout_s,
+        )
     return mcp_result(raw)
 
 

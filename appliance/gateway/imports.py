@@ -82,11 +82,20 @@ def _read_file(source: str, limit: int) -> bytes:
         raise ImportFailed(f"cannot read {source}: permission denied", field="source") from None
 
 
-async def _store(rt: Runtime, draft: ToolkitDraft, project: str, replace: bool) -> bool:
+async def _store(
+    rt: Runtime, draft: ToolkitDraft, project: str, replace: bool, *, approve_new: bool = False
+) -> bool:
+    # approve_new: the tools wait as `pending` for an owner's approval, so they stay out of
+    # the search index (it holds active tools only) until approved.
+    state = "pending" if approve_new else "active"
     async with rt.db.write() as tx:
-        _, stored, removed = await store.store_toolkit(tx, draft, project=project, replace=replace)
+        _, stored, removed = await store.store_toolkit(
+            tx, draft, project=project, replace=replace, state=state
+        )
         if removed:
             await fts.unindex(tx, removed)
+        if approve_new:
+            stored = []
         await fts.index_tools(
             tx,
             [
@@ -223,8 +232,13 @@ async def import_mcp(
     project: str = "default",
     dry_run: bool = False,
     replace: bool = False,
+    approve_new: bool = False,
 ) -> ImportReport:
-    """Connect, list the server's tools, and store them with how to reach the server."""
+    """Connect, list the server's tools, and store them with how to reach the server.
+
+    ``approve_new``: store the tools ``pending`` (invisible to agents until approved, see
+    ``gateway/sync.approve``) instead of ``active``.
+    """
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
@@ -249,8 +263,10 @@ async def import_mcp(
     draft.connection = connection
     report = _report(draft, project, dry_run, started)
     report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
+    if approve_new:
+        report.notes.append("tools are pending until approved (toolspoke approve)")
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace)
+        report.replaced = await _store(rt, draft, project, replace, approve_new=approve_new)
     report.seconds = time.perf_counter() - started
     return report
 

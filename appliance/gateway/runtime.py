@@ -16,6 +16,7 @@ from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
 from appliance.errors import ConfigError
+from appliance.upstream.health import HealthBook, thresholds_from
 from appliance.upstream.mcp_pool import McpPool
 from appliance.upstream.processes import ProcessRegistry, StdioPolicy
 from appliance.upstream.transport import Egress
@@ -66,6 +67,7 @@ class Runtime:
             stdio_start_timeout_s=settings.stdio_start_timeout_s,
             client_info={"name": "toolspoke", "version": __version__},
         )
+        self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
 
     async def open(self, migrations_dir: Path | None = None) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 
 from appliance import __version__
 from appliance.errors import ApplianceError, ArgumentsInvalid, InvalidParams, MethodNotFound
-from appliance.gateway import bridge
+from appliance.gateway import bridge, direct
 from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
-from appliance.models import CallResult, Principal
+from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, modern
 
 log = logging.getLogger(__name__)
@@ -46,28 +46,38 @@ class CallContext:
     principal: Principal
     protocol_version: str
     modern: bool = False
+    toolkit: Toolkit | None = None  # set on /mcp/<slug>: that toolkit's tools, no bridge
 
 
-def initialize_result(params: dict[str, Any]) -> dict[str, Any]:
+def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
+    if kit is None:
+        return SERVER_INFO, INSTRUCTIONS
+    info = {"name": f"toolspoke/{kit.slug}", "title": kit.title or kit.slug, "version": __version__}
+    return info, (kit.guide or kit.description or f"The {kit.slug} toolkit, served by toolspoke.")[:4000]
+
+
+def initialize_result(params: dict[str, Any], kit: Toolkit | None = None) -> dict[str, Any]:
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
         raise InvalidParams("'protocolVersion' must be a string", field="protocolVersion")
     # A server that does not support the requested version answers with one it does.
     version = requested if requested in SUPPORTED_VERSIONS else LATEST
+    info, instructions = _identity(kit)
     return {
         "protocolVersion": version,
         "capabilities": {"tools": {"listChanged": False}},
-        "serverInfo": SERVER_INFO,
-        "instructions": INSTRUCTIONS,
+        "serverInfo": info,
+        "instructions": instructions,
     }
 
 
-def discover_result() -> dict[str, Any]:
+def discover_result(kit: Toolkit | None = None) -> dict[str, Any]:
     """``server/discover`` (2026-07-28): versions, capabilities and identity, up front."""
+    _, instructions = _identity(kit)
     return {
         "supportedVersions": list(ALL_VERSIONS),
         "capabilities": {"tools": {"listChanged": False}},
-        "instructions": INSTRUCTIONS,
+        "instructions": instructions,
         "ttlMs": 3_600_000,
         "cacheScope": "public",
     }
@@ -92,7 +102,9 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
     if not isinstance(arguments, dict):
         raise InvalidParams("'arguments' must be an object", field="arguments")
     try:
-        if name in bridge.BRIDGE_NAMES:
+        if ctx.toolkit is not None:
+            result = await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments)
+        elif name in bridge.BRIDGE_NAMES:
             result = await bridge.call_bridge(rt, ctx.principal, name, arguments)
         else:
             result = await call_tool(rt, ctx.principal, name, arguments)
@@ -116,7 +128,8 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
         cursor = params.get("cursor")
         if cursor is not None:
             raise InvalidParams("unknown cursor: tools/list has a single page", field="cursor")
-        listed: dict[str, Any] = {"tools": await bridge.list_tools(rt)}
+        tools = await (direct.list_tools(rt, ctx.toolkit) if ctx.toolkit else bridge.list_tools(rt))
+        listed: dict[str, Any] = {"tools": tools}
         if ctx.modern:
             listed.update(ttlMs=TOOLS_LIST_TTL_MS, cacheScope="private")
         return listed
@@ -125,18 +138,18 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
     if ctx.modern:
         # 2026-07-28 removed ping and the handshake; discover replaces both.
         if method == "server/discover":
-            return discover_result()
+            return discover_result(ctx.toolkit)
     elif method == "ping":
         return {}
     elif method == "initialize":
-        return initialize_result(params)
+        return initialize_result(params, ctx.toolkit)
     raise MethodNotFound(f"method not found: {method}", field="method", data={"method": method})
 
 
-def _stamp(result: dict[str, Any]) -> dict[str, Any]:
+def _stamp(result: dict[str, Any], kit: Toolkit | None) -> dict[str, Any]:
     """Every 2026-07-28 result says it is complete and who answered."""
     meta = dict(result.get("_meta") or {})
-    meta[modern.SERVER_INFO_KEY] = SERVER_INFO
+    meta[modern.SERVER_INFO_KEY] = _identity(kit)[0]
     return {**result, "resultType": "complete", "_meta": meta}
 
 
@@ -144,7 +157,7 @@ async def respond(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[s
     """A full JSON-RPC response for a request; never raises."""
     try:
         result = await dispatch(rt, ctx, msg)
-        return jsonrpc.result(msg.id, _stamp(result) if ctx.modern else result)
+        return jsonrpc.result(msg.id, _stamp(result, ctx.toolkit) if ctx.modern else result)
     except ApplianceError as exc:
         if type(exc) is ApplianceError:
             return internal_error(msg.id, exc)

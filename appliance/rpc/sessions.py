@@ -22,6 +22,7 @@ class Session:
     key_prefix: str
     protocol_version: str
     client_info: dict[str, Any]
+    scope: str = ""  # "" for the bridge, "<project>.<slug>" for /mcp/<slug>
     initialized: bool = False
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -33,20 +34,28 @@ class SessionStore:
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
 
-    def create(self, key_prefix: str, protocol_version: str, client_info: dict[str, Any]) -> Session:
+    def create(
+        self, key_prefix: str, protocol_version: str, client_info: dict[str, Any], scope: str = ""
+    ) -> Session:
         self._expire()
         # 32 random bytes, url-safe: visible ASCII as the transport requires, unguessable.
         session = Session(
-            secrets.token_urlsafe(32), key_prefix, protocol_version, client_info, last_seen=self._clock()
+            secrets.token_urlsafe(32),
+            key_prefix,
+            protocol_version,
+            client_info,
+            scope,
+            last_seen=self._clock(),
         )
         self._sessions[session.id] = session
         while len(self._sessions) > self._max:
             self._sessions.popitem(last=False)
         return session
 
-    def get(self, session_id: str, key_prefix: str) -> Session | None:
+    def get(self, session_id: str, key_prefix: str, scope: str = "") -> Session | None:
         session = self._sessions.get(session_id)
-        if session is None or session.key_prefix != key_prefix:
+        # A session belongs to one key and one endpoint; anything else looks like no session.
+        if session is None or session.key_prefix != key_prefix or session.scope != scope:
             return None
         now = self._clock()
         if now - session.last_seen > self._ttl:
@@ -56,8 +65,8 @@ class SessionStore:
         self._sessions.move_to_end(session_id)
         return session
 
-    def delete(self, session_id: str, key_prefix: str) -> bool:
-        if self.get(session_id, key_prefix) is None:
+    def delete(self, session_id: str, key_prefix: str, scope: str = "") -> bool:
+        if self.get(session_id, key_prefix, scope) is None:
             return False
         del self._sessions[session_id]
         return True

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from appliance.errors import InvalidParams, UpstreamError
@@ -45,9 +45,22 @@ class McpPool:
         self.client_info = client_info
         self._sessions: dict[str, tuple[McpSession, dict[str, Any]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        # Called with a pooled session's key when its upstream sends
+        # notifications/tools/list_changed (the re-sync scheduler sets it). It must only
+        # schedule work: it runs on the session's reader.
+        self.on_tools_changed: Callable[[str], None] | None = None
 
-    async def _open(self, key: str, connection: dict[str, Any], timeout_s: float) -> McpSession:
+    def _session_options(self, key: str, pooled: bool) -> dict[str, Any]:
+        hook = self.on_tools_changed
+        if not pooled or hook is None:
+            return {}
+        return {"on_tools_changed": lambda: hook(key)}
+
+    async def _open(
+        self, key: str, connection: dict[str, Any], timeout_s: float, *, pooled: bool = False
+    ) -> McpSession:
         transport = connection.get("transport")
+        options = self._session_options(key, pooled)
         if transport == "stdio":
             spec = StdioSpec(
                 command=str(connection.get("command", "")),
@@ -59,7 +72,7 @@ class McpPool:
             )
             process = await self.processes.put(key, spec)
             await self._wait_out_backoff(process, timeout_s)
-            session = McpSession(StdioTransport(process), client_info=self.client_info)
+            session = McpSession(StdioTransport(process), client_info=self.client_info, **options)
             try:
                 # The first answer may wait for npx to install the package.
                 await session.connect(timeout_s=max(timeout_s, self.stdio_start_timeout_s))
@@ -71,11 +84,21 @@ class McpPool:
         headers = dict(connection.get("headers") or {})
         if transport == "sse":
             return await connect_sse(
-                self.egress, url, headers=headers, timeout_s=timeout_s, client_info=self.client_info
+                self.egress,
+                url,
+                headers=headers,
+                timeout_s=timeout_s,
+                client_info=self.client_info,
+                session_options=options,
             )
         if transport == "http":
             return await connect_http(
-                self.egress, url, headers=headers, timeout_s=timeout_s, client_info=self.client_info
+                self.egress,
+                url,
+                headers=headers,
+                timeout_s=timeout_s,
+                client_info=self.client_info,
+                session_options=options,
             )
         raise InvalidParams(
             f"unknown MCP transport {transport!r}; use one of {', '.join(TRANSPORTS)}", field="transport"
@@ -113,7 +136,7 @@ class McpPool:
                 return held[0]
             if held is not None:  # gone (a child died, a server restarted) or reconfigured
                 await self._close(key)
-            session = await self._open(key, connection, timeout_s)
+            session = await self._open(key, connection, timeout_s, pooled=True)
             self._sessions[key] = (session, dict(connection))
             return session
 

@@ -27,8 +27,8 @@ def error_response(exc: ApplianceError, status: int | None = None) -> HTTPRespon
     return response.json({"error": body}, status=status or exc.http_status, headers=headers)
 
 
-@bp.on_request
-async def _admin_only(request: Request) -> HTTPResponse | None:
+async def admin_only(request: Request) -> HTTPResponse | None:
+    """Every admin route: Host and Origin checks, then an admin key (a response refuses)."""
     try:
         check_host(request, request.app.ctx.rt.settings)
         check_origin(request, request.app.ctx.rt.settings)
@@ -36,6 +36,9 @@ async def _admin_only(request: Request) -> HTTPResponse | None:
     except ApplianceError as exc:
         return error_response(exc)
     return None
+
+
+bp.on_request(admin_only)
 
 
 def _body(request: Request) -> dict[str, Any]:

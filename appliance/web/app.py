@@ -16,7 +16,7 @@ from appliance.errors import ApplianceError
 from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
-from appliance.web import admin, demo, mcp
+from appliance.web import admin, admin_sync, demo, mcp
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,30 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         if rt is not None:
             await rt.close()
 
+    # health probes (issue 3 item 7): routes, and the probe task, started once the server
+    # serves; registered after close_runtime so that (stop listeners run in reverse order)
+    # it stops before the runtime closes.
+    from appliance.gateway.health import HealthMonitor
+    from appliance.web import admin_health
+
+    app.blueprint(admin_health.bp)
+
+    @app.after_server_start
+    async def start_health(app: Sanic) -> None:
+        app.ctx.health = HealthMonitor(app.ctx.rt)
+        app.ctx.health.start()
+
+    @app.before_server_stop
+    async def stop_health(app: Sanic) -> None:
+        monitor = getattr(app.ctx, "health", None)
+        if monitor is not None:
+            await monitor.aclose()
+
+    # end of health probes
+
+    # Re-sync routes and scheduler; registered after close_runtime so that, stop listeners
+    # running in reverse order, the scheduler stops before the runtime closes.
+    admin_sync.install(app)
     return app
 
 

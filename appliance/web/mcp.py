@@ -15,6 +15,8 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, InvalidRequest, Unauthorized
+from appliance.gateway import direct
+from appliance.models import Toolkit
 from appliance.rpc import jsonrpc, mcp, modern
 from appliance.rpc.sessions import SessionStore
 from appliance.web.guards import authenticate, check_host, check_origin
@@ -67,7 +69,9 @@ def _reply(
 _MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400, -32601: 404}
 
 
-async def _serve_modern(request: Request, principal: Any, msg: jsonrpc.Message) -> HTTPResponse:
+async def _serve_modern(
+    request: Request, principal: Any, msg: jsonrpc.Message, kit: Toolkit | None
+) -> HTTPResponse:
     """One stateless request: no session is read, minted or echoed."""
     if msg.kind != "request":
         return response.empty(status=202)
@@ -76,7 +80,7 @@ async def _serve_modern(request: Request, principal: Any, msg: jsonrpc.Message) 
         envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
     except ApplianceError as exc:
         return _error(exc, msg.id, status=400)
-    ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True)
+    ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, toolkit=kit)
     reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
     status = _MODERN_STATUS.get(reply["error"]["code"], 200) if "error" in reply else 200
     return _reply(request, reply, {}, status)
@@ -94,10 +98,33 @@ async def _preflight(request: Request) -> Any:
     return await authenticate(request, rt)
 
 
+async def _scope(request: Request, slug: str | None, project: str | None) -> tuple[Toolkit | None, str]:
+    """The toolkit an endpoint serves (None: the bridge) and its session scope."""
+    if slug is None:
+        return None, ""
+    kit = await direct.resolve_toolkit(request.app.ctx.rt, slug, project=project)
+    return kit, f"{kit.project}.{kit.slug}"
+
+
 @bp.post("/mcp")
 async def post_mcp(request: Request) -> HTTPResponse:
+    return await _post(request, None, None)
+
+
+@bp.post("/mcp/<slug:str>")
+async def post_toolkit_mcp(request: Request, slug: str) -> HTTPResponse:
+    return await _post(request, slug, None)
+
+
+@bp.post("/mcp/<project:str>/<slug:str>")
+async def post_project_toolkit_mcp(request: Request, project: str, slug: str) -> HTTPResponse:
+    return await _post(request, slug, project)
+
+
+async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse:
     try:
         principal = await _preflight(request)
+        kit, scope = await _scope(request, slug, project)
     except ApplianceError as exc:
         return _error(exc)
     content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
@@ -116,18 +143,19 @@ async def post_mcp(request: Request) -> HTTPResponse:
         return _error(exc, exc.data.get("id"), status=400)
 
     if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
-        return await _serve_modern(request, principal, msg)
+        return await _serve_modern(request, principal, msg, kit)
     rt = request.app.ctx.rt
     sessions = _sessions(request)
     headers: dict[str, str] = {}
     if msg.method == "initialize" and msg.kind == "request":
-        reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST), msg)
+        reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST, toolkit=kit), msg)
         if "result" in reply:
             client = msg.params.get("clientInfo")
             opened = sessions.create(
                 principal.key_prefix,
                 reply["result"]["protocolVersion"],
                 client if isinstance(client, dict) else {},
+                scope,
             )
             headers["Mcp-Session-Id"] = opened.id
         return _reply(request, reply, headers)
@@ -136,7 +164,7 @@ async def post_mcp(request: Request) -> HTTPResponse:
     if session_id is None:
         if msg.kind == "request" and msg.method == "server/discover":
             # A discover without the modern envelope: answer it for what it is asking.
-            return _json(jsonrpc.result(msg.id, {**mcp.discover_result(), "resultType": "complete"}))
+            return _json(jsonrpc.result(msg.id, {**mcp.discover_result(kit), "resultType": "complete"}))
         if msg.kind == "request" and msg.method == "ping":
             return _reply(request, jsonrpc.result(msg.id, {}), headers)
         return _error(
@@ -144,7 +172,7 @@ async def post_mcp(request: Request) -> HTTPResponse:
             msg.id,
             status=400,
         )
-    live = sessions.get(session_id, principal.key_prefix)
+    live = sessions.get(session_id, principal.key_prefix, scope)
     if live is None:
         return _error(
             InvalidRequest("session not found or expired: initialize again", field="mcp-session-id"),
@@ -167,12 +195,14 @@ async def post_mcp(request: Request) -> HTTPResponse:
         if msg.method == "notifications/initialized":
             session.initialized = True
         return response.empty(status=202)
-    reply = await mcp.respond(rt, mcp.CallContext(principal, session.protocol_version), msg)
+    reply = await mcp.respond(rt, mcp.CallContext(principal, session.protocol_version, toolkit=kit), msg)
     return _reply(request, reply, headers)
 
 
 @bp.get("/mcp")
-async def get_mcp(request: Request) -> HTTPResponse:
+@bp.get("/mcp/<slug:str>", name="get_toolkit_mcp")
+@bp.get("/mcp/<project:str>/<slug:str>", name="get_project_toolkit_mcp")
+async def get_mcp(request: Request, slug: str | None = None, project: str | None = None) -> HTTPResponse:
     try:
         await _preflight(request)
     except ApplianceError as exc:
@@ -185,14 +215,17 @@ async def get_mcp(request: Request) -> HTTPResponse:
 
 
 @bp.delete("/mcp")
-async def delete_mcp(request: Request) -> HTTPResponse:
+@bp.delete("/mcp/<slug:str>", name="delete_toolkit_mcp")
+@bp.delete("/mcp/<project:str>/<slug:str>", name="delete_project_toolkit_mcp")
+async def delete_mcp(request: Request, slug: str | None = None, project: str | None = None) -> HTTPResponse:
     try:
         principal = await _preflight(request)
+        _, scope = await _scope(request, slug, project)
     except ApplianceError as exc:
         return _error(exc)
     session_id = request.headers.get(SESSION_HEADER)
     if session_id is None:
         return _error(InvalidRequest("missing Mcp-Session-Id header", field="mcp-session-id"), status=400)
-    if not _sessions(request).delete(session_id, principal.key_prefix):
+    if not _sessions(request).delete(session_id, principal.key_prefix, scope):
         return _error(InvalidRequest("session not found", field="mcp-session-id"), status=404)
     return response.empty(status=204)

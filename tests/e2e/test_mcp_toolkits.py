@@ -209,3 +209,109 @@ def test_a_killed_stdio_upstream_is_restarted_by_the_next_call_and_none_outlives
         survivors = _children(app.proc.pid)
         assert len(survivors) == 1 and survivors[0] != children[0]
     assert not _alive(survivors[0]), "a stdio child outlived `toolspoke serve`"
+
+
+@asynccontextmanager
+async def connect_to(app: Appliance, path: str, mode: str = "auto") -> AsyncIterator[Client]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
+        Client(
+            streamable_http_client(app.base_url + path, http_client=http), read_timeout_seconds=60, mode=mode
+        ) as client,
+    ):
+        yield client
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_toolkit_is_served_on_its_own_endpoint_under_its_own_names(app: Appliance, mode: str) -> None:
+    async def scenario() -> None:
+        async with connect_to(app, "/mcp/httpup", mode) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert set(tools) == {
+                "read_item",
+                "write_item",
+                "delete_item",
+                "add",
+                "slow",
+                "big_result",
+                "fail",
+                "protocol_error",
+                "echo_headers",
+            }
+            assert (
+                tools["read_item"].annotations is not None and tools["read_item"].annotations.read_only_hint
+            )
+            added = await client.call_tool("add", {"a": 4, "b": 5})
+            assert added.structured_content == {"result": 9}
+        async with connect_to(app, "/mcp/default/demo", mode) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert {"createNote", "listNotes", "getNote", "deleteNote"} <= names
+            made = await client.call_tool("createNote", {"body": {"title": "direct"}})
+            assert made.is_error is False and made.structured_content["title"] == "direct"
+
+    run(scenario())
+
+
+def test_an_unknown_toolkit_endpoint_is_404_and_the_bridge_names_are_not_served_there(app: Appliance) -> None:
+    import httpx
+
+    headers = {"Authorization": f"Bearer {app.key}", "Accept": "application/json"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    with httpx.Client(headers=headers, timeout=30) as http:
+        assert http.post(app.base_url + "/mcp/no-such-kit", json=init).status_code == 404
+        r = http.post(app.base_url + "/mcp/httpup", json=init)
+        session = {"Mcp-Session-Id": r.headers["mcp-session-id"]}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "search_tools", "arguments": {}},
+        }
+        assert (
+            http.post(app.base_url + "/mcp/httpup", json=call, headers=session).json()["error"]["code"]
+            == -32602
+        )
+        # A session opened on one endpoint is no session on another.
+        assert http.post(app.mcp_url, json=call, headers=session).status_code == 404
+
+
+def test_the_mcp_inspector_cli_lists_and_calls_through_a_toolkit_endpoint(app: Appliance) -> None:
+    import subprocess
+
+    inspector = Path(__file__).resolve().parents[1] / "peers" / "node_modules" / ".bin" / "mcp-inspector"
+    base = [
+        str(inspector),
+        "--cli",
+        app.base_url + "/mcp/httpup",
+        "--transport",
+        "http",
+        "--header",
+        f"Authorization: Bearer {app.key}",
+        "--stored-auth-only",
+        "--format",
+        "json",
+        "-q",
+    ]
+    listed = subprocess.run(
+        [*base, "--method", "tools/list"], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert "write_item" in {t["name"] for t in json.loads(listed.stdout)["result"]["tools"]}
+    called = subprocess.run(
+        [*base, "--method", "tools/call", "--tool-name", "add", "--tool-args-json", '{"a": 20, "b": 22}'],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert called.returncode == 0, called.stdout + called.stderr
+    assert json.loads(called.stdout)["result"]["structuredContent"] == {"result": 42}

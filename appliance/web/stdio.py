@@ -1,0 +1,128 @@
+"""``toolspoke stdio``: the bridge over stdio, for desktop clients that spawn their servers.
+
+One line in, one JSON-RPC message; one line out. stdout carries nothing but MCP messages
+(logs go to stderr). The caller is the API key the client's config passes in the
+environment, checked once at start and again on every request, exactly as on HTTP: a key
+revoked while the client runs stops working on its next call. Both eras are served: a
+request with the 2026-07-28 envelope is answered statelessly; ``initialize`` starts the
+legacy session, which on stdio lasts as long as the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from typing import Any, BinaryIO
+
+from appliance.access import keys
+from appliance.errors import ApplianceError, InvalidRequest
+from appliance.gateway.runtime import Runtime
+from appliance.models import Principal
+from appliance.rpc import jsonrpc, mcp, modern
+
+log = logging.getLogger(__name__)
+MAX_LINE = 4 * 1024 * 1024
+
+
+class StdioFace:
+    def __init__(self, rt: Runtime, key: str, out: BinaryIO) -> None:
+        self.rt = rt
+        self.key = key
+        self.out = out
+        self.legacy_version: str | None = None
+        self._tasks: dict[Any, asyncio.Task[None]] = {}
+        self._write_lock = asyncio.Lock()
+
+    async def principal(self) -> Principal:
+        async with self.rt.db.read() as conn:
+            return await keys.authenticate(conn, self.key)
+
+    async def write(self, payload: dict[str, Any]) -> None:
+        async with self._write_lock:
+            self.out.write(jsonrpc.encode(payload) + b"\n")
+            self.out.flush()
+
+    async def handle_line(self, line: bytes) -> None:
+        try:
+            msg = jsonrpc.parse(line)
+        except InvalidRequest as exc:
+            await self.write(jsonrpc.error(exc.data.get("id"), exc))
+            return
+        if msg.kind == "notification":
+            if msg.method == "notifications/cancelled":
+                task = self._tasks.get(msg.params.get("requestId"))
+                if task is not None:
+                    task.cancel()
+            return
+        if msg.kind != "request":
+            return  # responses: we send the client no requests
+        task = asyncio.create_task(self._answer(msg))
+        request_id = msg.id
+        self._tasks[request_id] = task
+
+        def forget(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(request_id, None)
+
+        task.add_done_callback(forget)
+
+    async def _answer(self, msg: jsonrpc.Message) -> None:
+        try:
+            reply = await self._reply(msg)
+        except asyncio.CancelledError:
+            return  # cancelled by the client: no answer is expected
+        await self.write(reply)
+
+    async def _reply(self, msg: jsonrpc.Message) -> dict[str, Any]:
+        try:
+            principal = await self.principal()
+            if modern.is_modern(msg, None, mcp.SUPPORTED_VERSIONS):
+                envelope = modern.check_envelope(msg, None, mcp.ALL_VERSIONS)
+                ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True)
+                return await mcp.respond(self.rt, ctx, msg)
+            if msg.method == "initialize":
+                reply = await mcp.respond(self.rt, mcp.CallContext(principal, mcp.LATEST), msg)
+                if "result" in reply:
+                    self.legacy_version = reply["result"]["protocolVersion"]
+                return reply
+            if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
+                raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
+            ctx = mcp.CallContext(principal, self.legacy_version or mcp.LATEST)
+            return await mcp.respond(self.rt, ctx, msg)
+        except ApplianceError as exc:
+            return jsonrpc.error(msg.id, exc)
+
+    async def drain(self) -> None:
+        tasks = list(self._tasks.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def serve_stdio(
+    rt: Runtime, key: str, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
+) -> None:
+    """Serve until stdin closes; in-flight calls finish before the process exits."""
+    face = StdioFace(rt, key, stdout or sys.stdout.buffer)
+    await face.principal()  # a bad key fails at start, before the client sends anything
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin.buffer
+    )
+    try:
+        while True:
+            try:
+                line = await reader.readline()
+            except ValueError:  # a line over MAX_LINE: refuse it, keep serving
+                await face.write(jsonrpc.error(None, InvalidRequest("message too large", field="message")))
+                with contextlib.suppress(ValueError):
+                    await reader.readuntil(b"\n")
+                continue
+            if not line:
+                break
+            if line.strip():
+                await face.handle_line(line)
+        await face.drain()
+    finally:
+        transport.close()

@@ -1,0 +1,206 @@
+"""Upstream health end to end: a real appliance probing a real MCP server that stops and returns.
+
+The upstream (``../shared/peers/upstream_server.py``, streamable HTTP) sits behind a tiny
+recording proxy, because the server itself keeps no log of what it was sent: the proxy
+records the JSON-RPC method of every message, so the test can show that probes sent only
+``ping``/``server/discover`` (and handshakes), never ``tools/call``. "Stopping the upstream"
+stops both the server and the proxy; both come back on the same ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.support.peers import UPSTREAM, free_port, peer
+from tests.support.servers import Appliance, cli, running_appliance
+
+pytestmark = pytest.mark.e2e
+HEALTH_ENV = {
+    "TOOLSPOKE_HEALTH_INTERVAL_S": "0.2",
+    "TOOLSPOKE_HEALTH_TIMEOUT_S": "2",
+    "TOOLSPOKE_HEALTH_DEGRADED_AFTER": "2",
+    "TOOLSPOKE_HEALTH_BROKEN_AFTER": "4",
+    "TOOLSPOKE_HEALTH_RECOVER_AFTER": "2",
+}
+# What a probe (or an import, or the pool opening a session) may send; tools/call never.
+HANDSHAKES = {"server/discover", "initialize", "notifications/initialized", "ping", "tools/list"}
+_HOP_HEADERS = {"host", "connection", "content-length", "transfer-encoding", "keep-alive"}
+
+
+@contextmanager
+def recording_proxy(port: int, upstream_port: int, methods: list[str]) -> Iterator[None]:
+    """Forward HTTP to ``upstream_port`` and append each JSON-RPC method to ``methods``.
+
+    Needs an upstream answering plain JSON (``--json-response``): bodies are read whole.
+    """
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if body:
+                with_method = json.loads(body)
+                if isinstance(with_method, dict) and "method" in with_method:
+                    methods.append(str(with_method["method"]))
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+            conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=10)
+            try:
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+            except OSError:
+                self.close_connection = True  # a dead upstream: drop the connection, like it would
+                return
+            finally:
+                conn.close()
+            self.send_response(answer.status)
+            for key, value in answer.getheaders():
+                if key.lower() not in _HOP_HEADERS:
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_POST = do_GET = do_DELETE = _forward
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@contextmanager
+def upstream(port: int, proxy_port: int, logs: Path, methods: list[str]) -> Iterator[None]:
+    argv = [sys.executable, str(UPSTREAM), "--transport", "streamable-http", "--port", str(port)]
+    with peer([*argv, "--json-response"], port, logs), recording_proxy(proxy_port, port, methods):
+        yield
+
+
+def admin(app: Appliance, method: str, path: str) -> Any:
+    request = urllib.request.Request(
+        app.base_url + path, method=method, headers={"Authorization": f"Bearer {app.key}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def health_of(app: Appliance, slug: str) -> dict[str, Any]:
+    rows = admin(app, "GET", "/api/v1/health/toolkits")["toolkits"]
+    return dict(next(r for r in rows if r["slug"] == slug))
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+@asynccontextmanager
+async def connect(app: Appliance) -> AsyncIterator[Client]:
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
+        Client(streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=60) as client,
+    ):
+        yield client
+
+
+def call(app: Appliance, name: str, arguments: dict[str, Any]) -> Any:
+    async def scenario() -> Any:
+        async with connect(app) as client:
+            return await client.call_tool(name, arguments)
+
+    return asyncio.run(asyncio.wait_for(scenario(), timeout=60))
+
+
+def test_a_stopped_upstream_turns_degraded_then_broken_refuses_calls_at_once_and_recovers(
+    tmp_path: Path,
+) -> None:
+    port, proxy_port = free_port(), free_port()
+    methods: list[str] = []
+    with running_appliance(tmp_path / "data", env=HEALTH_ENV) as app:
+        with upstream(port, proxy_port, tmp_path / "up1.log", methods):
+            done = cli(
+                app.data_dir,
+                "import",
+                "mcp",
+                "--json",
+                f"http://127.0.0.1:{proxy_port}/mcp",
+                "--slug",
+                "hup",
+                env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
+            )
+            assert done.returncode == 0, done.stderr
+            assert call(app, "hup__add", {"a": 2, "b": 3}).is_error is False
+            # Let several probe rounds reach the live upstream.
+            wait_for("probes", lambda: sum(m in ("ping", "server/discover") for m in methods) >= 6)
+            assert health_of(app, "hup")["health"] == "active"
+            assert health_of(app, "demo")["health"] == "active"  # OpenAPI: DNS + TCP connect
+
+        wait_for("broken", lambda: health_of(app, "hup")["health"] == "broken")
+        log = "".join(app.output)
+        assert "health default.hup: active -> degraded" in log
+        assert "health default.hup: degraded -> broken" in log
+        row = health_of(app, "hup")
+        assert "4 checks in a row failed" in row["reason"] and row["since"]
+
+        started = time.monotonic()
+        refused = call(app, "hup__add", {"a": 1, "b": 1})
+        assert time.monotonic() - started < 5  # at once, not after the 30 s upstream deadline
+        assert refused.is_error is True
+        assert refused.meta["toolspoke/reason"] == "upstream_broken"
+        assert "'hup'" in refused.content[0].text and "broken" in refused.content[0].text
+        listed = call(app, "list_toolkits", {}).structured_content["toolkits"]
+        assert next(k for k in listed if k["toolkit"] == "hup")["health"] == "broken"
+        probed = admin(app, "POST", "/api/v1/toolkits/hup/probe")
+        assert probed["probed"] is True and probed["health"] == "broken"
+
+        with upstream(port, proxy_port, tmp_path / "up2.log", methods):
+            wait_for("active again", lambda: health_of(app, "hup")["health"] == "active")
+            assert "health default.hup: broken -> active" in "".join(app.output)
+            assert call(app, "hup__add", {"a": 4, "b": 5}).structured_content == {"result": 9}
+            assert admin(app, "POST", "/api/v1/toolkits/hup/probe")["health"] == "active"
+
+    # Exactly the two calls the test made reached the upstream; everything else was probing.
+    assert methods.count("tools/call") == 2
+    assert set(methods) - {"tools/call"} <= HANDSHAKES, set(methods)
+
+
+def test_health_routes_need_an_admin_key_and_name_unknown_toolkits(tmp_path: Path) -> None:
+    with running_appliance(tmp_path / "data", env={"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}) as app:
+        request = urllib.request.Request(app.base_url + "/api/v1/health/toolkits")
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            urllib.request.urlopen(request, timeout=10)
+        assert denied.value.code == 401
+        denied.value.close()
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            admin(app, "POST", "/api/v1/toolkits/nope/probe")
+        assert missing.value.code == 404
+        missing.value.close()
+        demo = admin(app, "POST", "/api/v1/toolkits/demo/probe")
+        assert demo["probed"] is True and demo["health"] == "active"

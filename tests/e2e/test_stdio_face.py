@@ -1,0 +1,92 @@
+"""`toolspoke stdio`: the bridge for desktop clients, driven by the official SDK's stdio client."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from tests.support.servers import ADMIN_KEY, REPO, cli
+
+pytestmark = pytest.mark.e2e
+BRIDGE = {"search_tools", "list_toolkits", "describe_tools", "use_tool", "run_tool", "run_destructive_tool"}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    data = tmp_path_factory.mktemp("stdio") / "data"
+    assert cli(data, "init", env={"TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}).returncode == 0
+    spec = REPO.parent / "shared" / "fixtures" / "openapi" / "oai-v3.0-petstore.yaml"
+    done = cli(
+        data,
+        "import",
+        "openapi",
+        str(spec),
+        "--slug",
+        "petstore",
+        "--base-url",
+        "https://petstore.example/v1",
+    )
+    assert done.returncode == 0, done.stderr
+    return data
+
+
+def server(data: Path, key: str) -> StdioServerParameters:
+    # The SDK passes the child only a minimal environment plus this: what a desktop config holds.
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "appliance", "stdio"],
+        cwd=str(REPO),
+        env={"TOOLSPOKE_DATA_DIR": str(data), "TOOLSPOKE_API_KEY": key},
+    )
+
+
+@pytest.mark.parametrize(("mode", "era"), [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
+def test_a_desktop_client_gets_the_bridge_over_stdio_in_both_eras(
+    data_dir: Path, mode: str, era: str
+) -> None:
+    async def scenario() -> tuple[str, set[str], Any]:
+        async with Client(server(data_dir, ADMIN_KEY), mode=mode, read_timeout_seconds=30) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            found = await client.call_tool("search_tools", {"query": "list all pets"})
+            return client.session.protocol_version, names, found.structured_content
+
+    version, names, found = asyncio.run(asyncio.wait_for(scenario(), timeout=90))
+    assert version == era
+    assert names >= BRIDGE
+    assert found["results"][0]["name"] == "petstore__listPets"
+
+
+def test_a_bad_key_stops_stdio_at_start_with_a_clear_message(data_dir: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="",
+        check=False,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "TOOLSPOKE_DATA_DIR": str(data_dir),
+            "TOOLSPOKE_API_KEY": "tsk_not-a-real-key-000000000000000000",
+        },
+    )
+    assert done.returncode == 1
+    assert "API key" in done.stderr and done.stdout == ""
+    missing = subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="",
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data_dir)},
+    )
+    assert missing.returncode == 2 and "TOOLSPOKE_API_KEY" in missing.stderr
