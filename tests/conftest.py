@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.conformance import SUMMARY
 from tests.support.servers import Appliance, PetstoreUpstream, running_appliance
 
 
@@ -20,3 +21,12 @@ def petstore() -> Iterator[PetstoreUpstream]:
 def appliance(tmp_path: Path) -> Iterator[Appliance]:
     with running_appliance(tmp_path / "data") as app:
         yield app
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """The MCP conformance counts per (mode, endpoint, spec version), whatever -s says."""
+    lines = config.stash.get(SUMMARY, [])
+    if lines:
+        terminalreporter.section("MCP conformance (tests/e2e/test_conformance.py)")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -23,7 +23,8 @@ from appliance.rpc import jsonrpc, modern
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")  # the legacy (handshake) era
+# The legacy (handshake) era; 2024-11-05 for clients still on the HTTP+SSE transport.
+SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 LATEST = SUPPORTED_VERSIONS[0]
 ALL_VERSIONS = (modern.MODERN_VERSION, *SUPPORTED_VERSIONS)
 SERVER_INFO = {"name": "toolspoke", "title": "toolspoke tool gateway", "version": __version__}
@@ -111,7 +112,7 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.
-        if ctx.protocol_version in ("2025-03-26", "2025-06-18"):
+        if ctx.protocol_version in ("2024-11-05", "2025-03-26", "2025-06-18"):
             raise
         return tool_result(
             CallResult(

@@ -1,7 +1,8 @@
 """The 2026-07-28 (stateless) revision: which requests use it, and their envelope checks.
 
 A request is *modern* when it carries the per-request ``_meta`` protocol version, or says
-so in ``MCP-Protocol-Version``; an ``initialize`` always starts a legacy session. A modern
+so in ``MCP-Protocol-Version``; an ``initialize`` without that ``_meta`` key starts a legacy
+session (with it, it is a modern request for a removed method). A modern
 request stands alone: its version, client info and capabilities come with it, and who is
 calling comes from its credential, never from a protocol session.
 
@@ -41,10 +42,12 @@ class Envelope:
 
 
 def is_modern(msg: Message, version_header: str | None, legacy_versions: tuple[str, ...]) -> bool:
+    if PROTOCOL_VERSION_KEY in msg.meta:
+        # The key's prefix is reserved: a legacy initialize never carries it, so an
+        # initialize that does is a modern request for a removed method (404 -32601).
+        return True
     if msg.method == "initialize":
         return False
-    if PROTOCOL_VERSION_KEY in msg.meta:
-        return True
     return version_header is not None and version_header not in legacy_versions and version_header >= "2026"
 
 
@@ -107,4 +110,5 @@ def check_envelope(
 
 def _one(headers: Mapping[str, list[str]], name: str) -> str | None:
     values = headers.get(name) or []
-    return values[0] if values else None
+    # RFC 9110 5.5: a field value excludes the optional whitespace around it.
+    return values[0].strip(" \t") if values else None

@@ -136,10 +136,6 @@ def _result_problem(method: str, result: Any) -> str | None:
             return "protocolVersion is missing"
         if not isinstance(result.get("capabilities", {}), dict):
             return "capabilities is not an object"
-    elif method == "server/discover":
-        versions = result.get("supportedVersions")
-        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
-            return "supportedVersions is not an array of strings"
     return None
 
 
@@ -400,7 +396,12 @@ class McpSession:
                         reason="upstream_invalid",
                     ) from exc
             return False
-        if MODERN_VERSION not in result["supportedVersions"]:
+        versions = result.get("supportedVersions")
+        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+            # Not a discover answer: a legacy server that answers every request it does not
+            # know with an empty result (the MCP conformance suite's servers do). Handshake.
+            return False
+        if MODERN_VERSION not in versions:
             return False  # a discover-answering server that advertises only legacy versions
         self._modern = True
         self._version = MODERN_VERSION

@@ -16,7 +16,7 @@ from appliance.errors import ApplianceError
 from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
-from appliance.web import admin, admin_sync, demo, mcp
+from appliance.web import admin, admin_sync, demo, mcp, sse
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,11 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
             await monitor.aclose()
 
     # end of health probes
+
+    # Legacy HTTP+SSE transport (issue 3 item 10): GET /sse, POST /messages. The blueprint
+    # carries its own start/stop listeners; registered after close_runtime so that (stop
+    # listeners run in reverse order) open streams end before the runtime closes.
+    app.blueprint(sse.bp)
 
     # Re-sync routes and scheduler; registered after close_runtime so that, stop listeners
     # running in reverse order, the scheduler stops before the runtime closes.

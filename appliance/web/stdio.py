@@ -51,8 +51,9 @@ class StdioFace:
             await self.write(jsonrpc.error(exc.data.get("id"), exc))
             return
         if msg.kind == "notification":
-            if msg.method == "notifications/cancelled":
-                task = self._tasks.get(msg.params.get("requestId"))
+            request_id = msg.params.get("requestId")
+            if msg.method == "notifications/cancelled" and isinstance(request_id, str | int):
+                task = self._tasks.get(request_id)
                 if task is not None:
                     task.cancel()
             return

@@ -11,6 +11,8 @@ STEPS = (
     ("Retrieval quality (dev queries, each data set's own catalogue)", ["retrieval.py"]),
     ("Search latency (agent's search_tools, default limit 8)", ["search_latency.py", "10000", "100000"]),
     ("Appliance figures", ["figures.py"]),
+    ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
+    ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
 )
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def test_an_unsupported_version_is_400_naming_what_is_supported(http: httpx.Clie
 
 
 def test_unknown_methods_and_the_removed_ping_are_404_method_not_found(http: httpx.Client) -> None:
-    for method in ("ping", "resources/list", "initialize2"):
+    for method in ("ping", "resources/list", "initialize", "initialize2"):
         r = modern(http, method)
         assert r.status_code == 404 and r.json()["error"]["code"] == -32601
 

@@ -77,7 +77,7 @@ def _rpc(
 
 
 def test_initialize_negotiates_the_requested_version_and_issues_a_session(http: httpx.Client) -> None:
-    for version in ("2025-03-26", "2025-06-18", "2025-11-25"):
+    for version in ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"):
         body = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}
         r = http.post("/mcp", json=body)
         assert r.json()["result"]["protocolVersion"] == version

@@ -145,6 +145,7 @@ def test_a_server_that_answers_discover_gets_the_modern_era_and_meta_on_every_re
         "http_404",
         "http_405",
         "legacy_only_discover",
+        "empty_result",  # a legacy server answering unknown requests with {} (conformance suite)
         "unsupported_version_with_legacy",
     ],
 )
@@ -156,6 +157,9 @@ def test_a_server_that_refuses_discover_gets_the_initialize_handshake(refusal: s
                 raise Refused("refused", status=int(refusal[5:]))
             if refusal == "legacy_only_discover":
                 t.reply(ok(message, {"supportedVersions": ["2025-11-25"], "capabilities": {}}))
+                return
+            if refusal == "empty_result":
+                t.reply(ok(message, {}))
                 return
             code = -32022 if refusal.startswith("unsupported") else -32601
             data = {"supported": ["2025-11-25", "2025-06-18"]}

@@ -1,0 +1,484 @@
+"""Gateway overhead on tools/call to a fast local MCP upstream, in both protocol eras.
+
+Run from the repo root: ``.venv/bin/python tests/bench/mcp_overhead.py [--rounds N] [--seconds S]``.
+
+One upstream (``../shared/peers/upstream_server.py``, streamable HTTP, ``--stateless
+--json-response``: no session, no SSE, as fast as the SDK serves) and one real appliance
+(``toolspoke serve``) on loopback. The upstream is imported twice: ``up`` straight at the
+upstream (the timed toolkit) and ``upc`` through a small counting HTTP proxy (a separate
+process) that counts every request the gateway sends upstream by JSON-RPC method, so that
+"no new upstream handshake per call" is a count, not a claim.
+
+The client is the official SDK (``mcp.Client`` over ``streamable_http_client``), one client
+per concurrent worker, each kept open across its calls; the tool is the upstream's ``add``:
+
+- ``direct``: the upstream itself, tool ``add`` (the baseline);
+- ``name``: the gateway's ``/mcp`` by exact name ``up__add``;
+- ``bridge``: ``/mcp`` through the tool's runner (``describe_tools`` says which);
+- ``slug``: ``/mcp/up``, the toolkit's own endpoint, under the upstream name ``add``;
+
+each in the 2026-07-28 era (``mode="auto"``, checked to negotiate it without fallback) and
+the 2025-11-25 era (``mode="legacy"``, initialize handshake), with 1, 10 and 50 concurrent
+clients. Measurements are interleaved over rounds (default 3) so drift hits every path alike;
+the one-client figure is taken with only that client open;
+latency percentiles pool every round's samples, calls/s is the median of the rounds.
+
+Caveat on the SDK client: it re-lists tools after every call to a tool it has not seen in
+``tools/list`` (to validate structured output). The bridge does not list ``up__add``, so the
+``name`` path would pay a second round trip per call that is the client's, not the gateway's;
+the bench seeds that client's schema cache with the upstream's ``add`` output schema so every
+path validates the same way and a "call" is one tools/call round trip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.support.peers import UPSTREAM, free_port, peer
+from tests.support.servers import Appliance, cli, running_appliance
+
+ERAS = {"auto": "2026-07-28", "legacy": "2025-11-25"}
+PATHS = ("direct", "name", "bridge", "slug")
+CONCURRENCY = (1, 10, 50)
+HANDSHAKES = ("initialize", "server/discover")
+ARGS = {"a": 2, "b": 3}
+CALL_TIMEOUT_S = 30.0
+
+
+# --- the counting proxy (runs as its own process: ``mcp_overhead.py --proxy LISTEN TARGET``) ---
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[bytes, dict[str, str], bytes] | None:
+    """One HTTP/1.1 request: head bytes, lower-cased headers, body (by Content-Length)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    headers = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        if ":" in line:
+            k, v = line.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise RuntimeError("chunked request bodies: not expected from httpx with a bytes body")
+    length = int(headers.get("content-length") or 0)
+    body = await reader.readexactly(length) if length else b""
+    return head, headers, body
+
+
+def _methods(headers: dict[str, str], body: bytes) -> list[str]:
+    if "mcp-method" in headers:
+        return [headers["mcp-method"]]
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return []
+    items = message if isinstance(message, list) else [message]
+    return [str(m.get("method", "(reply)")) for m in items if isinstance(m, dict)]
+
+
+async def _proxy_main(listen: int, target: int) -> None:
+    counts: Counter[str] = Counter()
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        upstream_w: asyncio.StreamWriter | None = None
+        pipe: asyncio.Task[None] | None = None
+        try:
+            while True:
+                request = await _read_request(client_r)
+                if request is None:
+                    return
+                head, headers, body = request
+                if head.startswith(b"GET /__counts "):
+                    data = json.dumps(counts).encode()
+                    client_w.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                        + data
+                    )
+                    await client_w.drain()
+                    continue
+                if head.startswith(b"POST "):
+                    counts["POST"] += 1
+                    for method in _methods(headers, body):
+                        counts[method] += 1
+                if upstream_w is None:
+                    counts["connections"] += 1
+                    upstream_r, upstream_w = await asyncio.open_connection("127.0.0.1", target)
+                    pipe = asyncio.create_task(_pipe(upstream_r, client_w))
+                upstream_w.write(head + body)
+                await upstream_w.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, RuntimeError) as exc:
+            print(f"proxy: connection ended: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            if pipe is not None:
+                pipe.cancel()
+            for w in (upstream_w, client_w):
+                if w is not None:
+                    w.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", listen)
+    async with server:
+        await server.serve_forever()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+def proxy_counts(port: int) -> Counter[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/__counts", timeout=10) as r:
+        return Counter(json.loads(r.read()))
+
+
+# --- the client side ---
+
+
+@dataclass
+class Target:
+    path: str
+    url: str
+    headers: dict[str, str]
+    tool: str
+    arguments: dict[str, Any]
+    seed: str | None = None  # a name the server does not list: seed the client's schema cache
+
+
+@dataclass
+class Sample:
+    rounds: list[list[float]] = field(default_factory=list)  # latencies (s), one list per round
+    rates: list[float] = field(default_factory=list)  # calls/s, one per round
+    versions: set[str] = field(default_factory=set)
+
+    @property
+    def latencies(self) -> list[float]:
+        return [x for r in self.rounds for x in r]
+
+
+@asynccontextmanager
+async def open_client(target: Target, mode: str, schema: dict[str, Any] | None) -> AsyncIterator[Client]:
+    async with (
+        create_mcp_http_client(headers=target.headers) as http,
+        Client(
+            streamable_http_client(target.url, http_client=http), mode=mode, read_timeout_seconds=60
+        ) as client,
+    ):
+        if target.seed is not None:
+            # Private, on purpose: see the module docstring (one tools/call per call on every path).
+            client.session._tool_output_schemas[target.seed] = schema
+        yield client
+
+
+async def call(client: Client, target: Target) -> None:
+    result = await asyncio.wait_for(client.call_tool(target.tool, target.arguments), CALL_TIMEOUT_S)
+    if result.is_error:
+        raise RuntimeError(f"{target.path}: {target.tool} failed: {result.content}")
+    text = json.dumps(result.structured_content) + "".join(getattr(c, "text", "") for c in result.content)
+    if "5" not in text:
+        raise RuntimeError(f"{target.path}: unexpected answer {text[:200]}")
+
+
+class Pool:
+    """``size`` open SDK clients, each held by its own task (anyio scopes exit where they entered).
+
+    Opening a client costs tens of milliseconds (an httpx client and its TLS context, then the
+    handshake or ``server/discover``), so within one path-and-era block the pool grows from 1
+    to 10 to 50 clients and is closed after (holding all 400 open at once slowed every path).
+    """
+
+    def __init__(self, target: Target, mode: str, schema: dict[str, Any] | None) -> None:
+        self.target, self.mode, self.schema = target, mode, schema
+        self.queues: list[asyncio.Queue[Any]] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.versions: set[str] = set()
+
+    async def start(self, size: int) -> Pool:
+        """Open clients until there are ``size`` (each warmed up with two calls)."""
+        loop = asyncio.get_running_loop()
+        ready = [loop.create_future() for _ in range(size - len(self.queues))]
+        queues: list[asyncio.Queue[Any]] = [asyncio.Queue() for _ in ready]
+        self.tasks += [asyncio.create_task(self._hold(q, r)) for q, r in zip(queues, ready, strict=True)]
+        self.queues += queues
+        self.versions |= set(await asyncio.wait_for(asyncio.gather(*ready), 120))
+        return self
+
+    async def _hold(self, queue: asyncio.Queue[Any], ready: asyncio.Future[str]) -> None:
+        try:
+            async with open_client(self.target, self.mode, self.schema) as client:
+                for _ in range(2):
+                    await call(client, self.target)
+                ready.set_result(client.protocol_version)
+                while (job := await queue.get()) is not None:
+                    work, done = job
+                    try:
+                        done.set_result(await work(client))
+                    except Exception as exc:
+                        done.set_exception(exc)
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            raise
+
+    async def run(self, clients: int, work: Any) -> list[Any]:
+        """``work(client)`` on the first ``clients`` clients at once; their results."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for queue in self.queues[:clients]:
+            done = loop.create_future()
+            queue.put_nowait((work, done))
+            futures.append(done)
+        return list(await asyncio.gather(*futures))
+
+    async def close(self) -> None:
+        for queue in self.queues:
+            queue.put_nowait(None)
+        await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 60)
+
+
+async def measure(pool: Pool, concurrency: int, seconds: float) -> tuple[list[float], float]:
+    """``concurrency`` clients of the pool call for ``seconds``: every latency, and calls/s."""
+    latencies: list[float] = []
+    target = pool.target
+    start = time.perf_counter()
+    stop = start + seconds
+
+    async def work(client: Client) -> int:
+        done = 0
+        while time.perf_counter() < stop:
+            t0 = time.perf_counter()
+            await call(client, target)
+            latencies.append(time.perf_counter() - t0)
+            done += 1
+        return done
+
+    total = sum(await pool.run(concurrency, work))
+    return latencies, total / (time.perf_counter() - start)
+
+
+async def runner_of(app: Appliance, tool: str) -> str:
+    target = Target("bridge", app.mcp_url, auth(app), "describe_tools", {"names": [tool]})
+    async with open_client(target, "auto", None) as client:
+        result = await client.call_tool("describe_tools", {"names": [tool]})
+    described = result.structured_content or {}
+    tools = described.get("tools") or []
+    if result.is_error or not tools:
+        raise RuntimeError(f"describe_tools({tool}) failed: {result.content}")
+    print(f"`{tool}`: kind {tools[0]['kind']}, runner `{tools[0]['runner']}`", flush=True)
+    return str(tools[0]["runner"])
+
+
+async def output_schema(url: str) -> dict[str, Any] | None:
+    target = Target("direct", url, {}, "add", ARGS)
+    async with open_client(target, "auto", None) as client:
+        listed = await client.list_tools()
+    return next(t.output_schema for t in listed.tools if t.name == "add")
+
+
+def auth(app: Appliance) -> dict[str, str]:
+    return {"Authorization": f"Bearer {app.key}"}
+
+
+def targets(app: Appliance, upstream_url: str, slug: str, runner: str) -> dict[str, Target]:
+    return {
+        "direct": Target("direct", upstream_url, {}, "add", ARGS),
+        "name": Target("name", app.mcp_url, auth(app), f"{slug}__add", ARGS, seed=f"{slug}__add"),
+        "bridge": Target("bridge", app.mcp_url, auth(app), runner, {"tool": f"{slug}__add", "input": ARGS}),
+        "slug": Target("slug", f"{app.base_url}/mcp/{slug}", auth(app), "add", ARGS),
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def timed(
+    kits: dict[str, Target], rounds: int, seconds: float, schema: dict[str, Any] | None
+) -> dict[tuple[str, str, int], Sample]:
+    samples: dict[tuple[str, str, int], Sample] = {}
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        for mode in ERAS:
+            for path in PATHS:
+                pool = Pool(kits[path], mode, schema)
+                try:
+                    for concurrency in CONCURRENCY:
+                        await pool.start(concurrency)  # c=1 runs with one client open, c=10 with ten
+                        latencies, rate = await measure(pool, concurrency, seconds)
+                        sample = samples.setdefault((path, mode, concurrency), Sample())
+                        sample.rounds.append(latencies)
+                        sample.rates.append(rate)
+                        sample.versions |= pool.versions
+                finally:
+                    await pool.close()
+        print(f"round {r + 1}/{rounds}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return samples
+
+
+async def handshake_phase(kits: dict[str, Target], proxy_port: int, calls_each: int) -> list[str]:
+    """Calls through the counted toolkit ``upc`` on every gateway path and era: what went upstream.
+
+    Per path and era: 10 clients open and make 2 warm-up calls each (the first call ever opens
+    the gateway's pooled upstream session), then ``calls_each`` calls, counted on their own.
+    """
+    rows = []
+    each = max(1, calls_each // 10)
+    for mode in ERAS:
+        for path in ("name", "bridge", "slug"):
+            before_warm = proxy_counts(proxy_port)
+            pool = await Pool(kits[path], mode, None).start(10)  # 2 warm-up calls per client
+            try:
+                before = proxy_counts(proxy_port)
+
+                async def work(client: Client, target: Target = kits[path]) -> None:
+                    for _ in range(each):
+                        await call(client, target)
+
+                await pool.run(10, work)
+                delta = proxy_counts(proxy_port) - before
+            finally:
+                await pool.close()
+            warm_delta = before - before_warm
+            calls = each * 10
+            shakes = sum(delta[m] for m in HANDSHAKES)
+            rows.append(
+                f"| {path} | {ERAS[mode]} | {sum(warm_delta[m] for m in HANDSHAKES)} | {calls} | "
+                f"{delta['tools/call']} | {delta['POST']} | {delta['connections']} | {shakes} | "
+                f"{shakes * 1000 / calls:.1f} |"
+            )
+    return rows
+
+
+def import_mcp(app: Appliance, url: str, slug: str) -> None:
+    done = cli(
+        app.data_dir,
+        "import",
+        "mcp",
+        url,
+        "--slug",
+        slug,
+        "--json",
+        env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
+        timeout=120,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"import {slug} failed: {done.stderr[-1000:]}")
+    report = json.loads(done.stdout)
+    if f"{slug}__add" not in {t["name"] for t in report["tools"]}:
+        raise RuntimeError(f"import {slug}: no {slug}__add in {report['tools']}")
+
+
+def report(samples: dict[tuple[str, str, int], Sample], rounds: int) -> None:
+    print(f"\nLatency per call (ms), pooled over {rounds} rounds; overhead = gateway p50 minus direct p50.\n")
+    print("| era | clients | path | negotiated | calls | p50 | p99 | overhead p50 | calls/s (median) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for mode, era in ERAS.items():
+        for concurrency in CONCURRENCY:
+            base = pct(samples[("direct", mode, concurrency)].latencies, 0.5)
+            for path in PATHS:
+                s = samples[(path, mode, concurrency)]
+                p50 = pct(s.latencies, 0.5)
+                negotiated = ", ".join(sorted(s.versions))
+                over = "—" if path == "direct" else f"{p50 - base:+.2f}"
+                print(
+                    f"| {era} | {concurrency} | {path} | {negotiated} | {len(s.latencies)} | "
+                    f"{p50:.2f} | {pct(s.latencies, 0.99):.2f} | {over} | {statistics.median(s.rates):.0f} |"
+                )
+    print("\nSummary, one client (the target: p50 overhead ≤ 2 ms):\n")
+    print("| era | path | overhead p50 (ms) | overhead p99 (ms) | p50 overhead per round (ms) |")
+    print("|---|---|---|---|---|")
+    for mode, era in ERAS.items():
+        direct = samples[("direct", mode, 1)].latencies
+        for path in PATHS[1:]:
+            gw = samples[(path, mode, 1)].latencies
+            print(
+                f"| {era} | {path} | {pct(gw, 0.5) - pct(direct, 0.5):+.2f} | "
+                f"{pct(gw, 0.99) - pct(direct, 0.99):+.2f} | "
+                f"{per_round(samples, path, mode)} |"
+            )
+
+
+def per_round(samples: dict[tuple[str, str, int], Sample], path: str, mode: str) -> str:
+    """The p50 overhead of each round on its own: the spread shows how noisy the machine was."""
+    direct = samples[("direct", mode, 1)].rounds
+    gateway = samples[(path, mode, 1)].rounds
+    return ", ".join(f"{pct(g, 0.5) - pct(d, 0.5):+.2f}" for d, g in zip(direct, gateway, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=0.8, help="timed seconds per measurement")
+    parser.add_argument("--handshake-calls", type=int, default=200, help="calls per path and era")
+    parser.add_argument("--proxy", nargs=2, type=int, metavar=("LISTEN", "TARGET"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.proxy:
+        asyncio.run(_proxy_main(*args.proxy))
+        return
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        port, proxy_port = free_port(), free_port()
+        upstream = [sys.executable, str(UPSTREAM), "--transport", "streamable-http", "--port", str(port)]
+        proxy = [sys.executable, str(Path(__file__).resolve()), "--proxy", str(proxy_port), str(port)]
+        env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_MCP_RESYNC_S": "0"}
+        with (
+            peer([*upstream, "--stateless", "--json-response"], port, logs / "upstream.log"),
+            peer(proxy, proxy_port, logs / "proxy.log"),
+            running_appliance(logs / "data", env=env) as app,
+        ):
+            upstream_url = f"http://127.0.0.1:{port}/mcp"
+            import_mcp(app, upstream_url, "up")
+            import_mcp(app, f"http://127.0.0.1:{proxy_port}/mcp", "upc")
+            runner = asyncio.run(runner_of(app, "up__add"))
+            schema = asyncio.run(output_schema(upstream_url))
+            kits = targets(app, upstream_url, "up", runner)
+            samples = asyncio.run(timed(kits, args.rounds, args.seconds, schema))
+            counted = targets(app, upstream_url, "upc", runner)
+            at_import = proxy_counts(proxy_port)
+            rows = asyncio.run(handshake_phase(counted, proxy_port, args.handshake_calls))
+            total = proxy_counts(proxy_port)
+    report(samples, args.rounds)
+    print("\nUpstream requests seen by the counting proxy in front of toolkit `upc` (handshakes =")
+    print("`initialize` + `server/discover`; counted calls come from 10 concurrent SDK clients):\n")
+    print(
+        "| path | client era | handshakes in the 20 warm-up calls | counted calls | upstream tools/call | "
+        "upstream POSTs | new upstream TCP connections | handshakes | per 1,000 calls |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    first = {m: at_import[m] for m in sorted(at_import) if m != "POST"}
+    print(f"\nBy the CLI import of `upc` (its own client, not the gateway's pool): {first or 'nothing'}.")
+    print(f"Whole run through the proxy: { {m: total[m] for m in sorted(total)} }.")
+    print(f"\nWall time {time.perf_counter() - started:.0f} s on {os.cpu_count()} CPUs.")
+
+
+if __name__ == "__main__":
+    main()
