@@ -32,7 +32,7 @@ def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | 
     )
 
 
-def _error(exc: ApplianceError, msg_id: Any = None, status: int | None = None) -> HTTPResponse:
+def rpc_error(exc: ApplianceError, msg_id: Any = None, status: int | None = None) -> HTTPResponse:
     headers = {}
     if isinstance(exc, Unauthorized):
         headers["WWW-Authenticate"] = 'Bearer realm="toolspoke", error="invalid_token"'
@@ -79,7 +79,7 @@ async def _serve_modern(
     try:
         envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
     except ApplianceError as exc:
-        return _error(exc, msg.id, status=400)
+        return rpc_error(exc, msg.id, status=400)
     ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, toolkit=kit)
     reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
     status = _MODERN_STATUS.get(reply["error"]["code"], 200) if "error" in reply else 200
@@ -91,7 +91,7 @@ def _sessions(request: Request) -> SessionStore:
     return store
 
 
-async def _preflight(request: Request) -> Any:
+async def preflight(request: Request) -> Any:
     rt = request.app.ctx.rt
     check_host(request, rt.settings)
     check_origin(request, rt.settings)
@@ -123,24 +123,24 @@ async def post_project_toolkit_mcp(request: Request, project: str, slug: str) ->
 
 async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse:
     try:
-        principal = await _preflight(request)
+        principal = await preflight(request)
         kit, scope = await _scope(request, slug, project)
     except ApplianceError as exc:
-        return _error(exc)
+        return rpc_error(exc)
     content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
     if content_type != "application/json":
-        return _error(
+        return rpc_error(
             InvalidRequest("Content-Type must be application/json", field="content-type"), status=415
         )
     if not _accept_ok(request):
-        return _error(
+        return rpc_error(
             InvalidRequest("Accept must list application/json or text/event-stream", field="accept"),
             status=406,
         )
     try:
         msg = jsonrpc.parse(request.body)
     except InvalidRequest as exc:
-        return _error(exc, exc.data.get("id"), status=400)
+        return rpc_error(exc, exc.data.get("id"), status=400)
 
     if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
         return await _serve_modern(request, principal, msg, kit)
@@ -167,14 +167,14 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
             return _json(jsonrpc.result(msg.id, {**mcp.discover_result(kit), "resultType": "complete"}))
         if msg.kind == "request" and msg.method == "ping":
             return _reply(request, jsonrpc.result(msg.id, {}), headers)
-        return _error(
+        return rpc_error(
             InvalidRequest("missing Mcp-Session-Id header: send initialize first", field="mcp-session-id"),
             msg.id,
             status=400,
         )
     live = sessions.get(session_id, principal.key_prefix, scope)
     if live is None:
-        return _error(
+        return rpc_error(
             InvalidRequest("session not found or expired: initialize again", field="mcp-session-id"),
             msg.id,
             status=404,
@@ -182,7 +182,7 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
     session = live
     version = request.headers.get(VERSION_HEADER)
     if version is not None and version not in mcp.SUPPORTED_VERSIONS:
-        return _error(
+        return rpc_error(
             InvalidRequest(
                 f"unsupported MCP-Protocol-Version {version!r}",
                 field="mcp-protocol-version",
@@ -204,9 +204,9 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
 @bp.get("/mcp/<project:str>/<slug:str>", name="get_project_toolkit_mcp")
 async def get_mcp(request: Request, slug: str | None = None, project: str | None = None) -> HTTPResponse:
     try:
-        await _preflight(request)
+        await preflight(request)
     except ApplianceError as exc:
-        return _error(exc)
+        return rpc_error(exc)
     return response.text(
         "this server offers no standalone SSE stream; POST requests instead",
         status=405,
@@ -219,13 +219,13 @@ async def get_mcp(request: Request, slug: str | None = None, project: str | None
 @bp.delete("/mcp/<project:str>/<slug:str>", name="delete_project_toolkit_mcp")
 async def delete_mcp(request: Request, slug: str | None = None, project: str | None = None) -> HTTPResponse:
     try:
-        principal = await _preflight(request)
+        principal = await preflight(request)
         _, scope = await _scope(request, slug, project)
     except ApplianceError as exc:
-        return _error(exc)
+        return rpc_error(exc)
     session_id = request.headers.get(SESSION_HEADER)
     if session_id is None:
-        return _error(InvalidRequest("missing Mcp-Session-Id header", field="mcp-session-id"), status=400)
+        return rpc_error(InvalidRequest("missing Mcp-Session-Id header", field="mcp-session-id"), status=400)
     if not _sessions(request).delete(session_id, principal.key_prefix, scope):
-        return _error(InvalidRequest("session not found", field="mcp-session-id"), status=404)
+        return rpc_error(InvalidRequest("session not found", field="mcp-session-id"), status=404)
     return response.empty(status=204)

@@ -28,8 +28,8 @@ from appliance.gateway import direct
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, mcp
-from appliance.web.mcp import _error as error_response
-from appliance.web.mcp import _preflight as preflight
+from appliance.web.mcp import preflight
+from appliance.web.mcp import rpc_error as error_response
 
 bp = Blueprint("sse")
 OUTBOX_SIZE = 16  # events waiting for a slow reader; their producers wait beyond this
