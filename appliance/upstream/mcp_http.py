@@ -5,7 +5,11 @@ Every byte goes through ``Egress`` (SSRF guard with pinned addresses, deadline, 
 - ``StreamableHttpTransport``: one POST per message; the answer is JSON or an SSE stream
   scoped to that request (2026-07-28 and 2025-era streamable HTTP). 2025 era: the
   ``Mcp-Session-Id`` from ``initialize`` rides on every later request, a 404 with it raises
-  ``SessionExpired`` (the session re-initialises once), ``DELETE`` on close.
+  ``SessionExpired`` (the session re-initialises once), ``DELETE`` on close. Also 2025 era
+  only: a request's SSE stream that closes before the answer, after an event with an
+  ``id``, is resumed with ``GET`` + ``Last-Event-ID`` after the ``retry`` wait, a few times
+  at most and within the request's deadline (2025-11-25 transports, "Resumability and
+  Redelivery"); the POST is never resent. 2026-07-28 has no resumption: the request is lost.
 - ``LegacySseTransport``: 2024-11-05 HTTP+SSE: a long-lived GET stream whose first event
   names the POST endpoint (same origin only, else ``ssrf_blocked``).
 - ``connect_http``: streamable HTTP first; when even ``initialize`` is refused with
@@ -41,6 +45,9 @@ _CLOSE_S = 5.0  # DELETE on close and other courtesy calls: never hold shutdown 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")  # visible ASCII (2025-11-25 session ids)
+_EVENT_ID = re.compile(r"[\x20-\x7e]{1,1024}")  # what we send back as Last-Event-ID
+_RESUME_ATTEMPTS = 3  # GET reconnects per request stream, at most
+_DEFAULT_RETRY_MS = 1000  # no ``retry`` field seen: the usual EventSource reconnection time
 
 
 @dataclass(frozen=True)
@@ -54,11 +61,26 @@ class SseDecoder:
 
     The cap is ours (the egress cap, well above 1 MiB if configured so): unlike the SDK
     client's fixed 1 MiB limit, a large tool result in one event is fine up to it.
+
+
+    ``last_event_id`` and ``retry_ms`` follow the SSE rules: the id of the last dispatched
+    event (an event without ``id`` keeps the previous one, the empty priming event counts)
+    and the last valid ``retry`` field; pass them on to the decoder of a resumed stream.
     """
 
-    def __init__(self, max_event_bytes: int, host: str = "the upstream") -> None:
+    def __init__(
+        self,
+        max_event_bytes: int,
+        host: str = "the upstream",
+        *,
+        last_event_id: str = "",
+        retry_ms: int | None = None,
+    ) -> None:
         self.max_event_bytes = max_event_bytes
         self.host = host
+        self.last_event_id = last_event_id
+        self.retry_ms = retry_ms
+        self._id_buffer = last_event_id
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already known to hold no line end
         self._skip_lf = False  # a CR ended the last chunk: a following LF belongs to it
@@ -87,6 +109,7 @@ class SseDecoder:
 
     def _line(self, line: bytes, events: list[SseEvent]) -> None:
         if not line:
+            self.last_event_id = self._id_buffer
             data = b"\n".join(self._data)
             if data:  # an empty data buffer dispatches nothing (the SSE priming event)
                 events.append(SseEvent(self._event or "message", data))
@@ -104,7 +127,10 @@ class SseDecoder:
             self._data.append(value)
         elif name == b"event":
             self._event = value.decode("utf-8", "replace")
-        # id and retry: streams are not resumed (2026-07-28), so both are ignored.
+        elif name == b"id" and b"\0" not in value:
+            self._id_buffer = value.decode("utf-8", "replace")
+        elif name == b"retry" and value.isdigit():
+            self.retry_ms = int(value)
 
     def _too_large(self) -> UpstreamError:
         return UpstreamError(
@@ -179,7 +205,12 @@ class StreamableHttpTransport:
         origin: RequestId | None = message["id"] if is_request else None
         headers = self._headers(message)
         legacy_request = "Mcp-Session-Id" in headers
+        # 2025 era only (no modern metadata header): a broken request stream may be resumed.
+        resumable = is_request and "Mcp-Method" not in headers
         content = orjson.dumps(message)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.egress.timeout_s if timeout_s is None else timeout_s)
+        broken: SseDecoder | None = None
         async with self.egress.stream(
             "POST", self.url, headers=headers, content=content, timeout_s=timeout_s
         ) as answer:
@@ -204,22 +235,84 @@ class StreamableHttpTransport:
                 for item in body if isinstance(body, list) else [body]:
                     session.deliver(item, origin)
             elif kind == "text/event-stream":
-                await self._read_events(answer, origin, session)
+                decoder = SseDecoder(self.egress.max_bytes, self.host)
+                if not await self._read_events(answer, decoder, origin, session, resumable=resumable):
+                    broken = decoder if resumable else None
             else:
                 raise UpstreamError(
                     f"{self.host} answered with content type {kind[:60]!r}", reason="upstream_invalid"
                 )
+        if broken is not None:  # the POST's connection is closed by now
+            await self._resume(broken, origin, session, deadline)
 
-    async def _read_events(self, answer: HttpStream, origin: RequestId | None, session: McpSession) -> None:
-        decoder = SseDecoder(self.egress.max_bytes, self.host)
-        async for chunk in answer.chunks:
-            for event in decoder.feed(chunk):
-                if event.event != "message":
-                    continue
-                message = _parse(event.data)
-                session.deliver(message, origin)
-                if isinstance(message, dict) and "method" not in message:
-                    return  # the answer ends the request's stream; stop reading here
+    async def _read_events(
+        self,
+        answer: HttpStream,
+        decoder: SseDecoder,
+        origin: RequestId | None,
+        session: McpSession,
+        *,
+        resumable: bool,
+    ) -> bool:
+        """Deliver the stream's messages; True once the answer came (the stream is done).
+
+        False when the stream ended first. With ``resumable``, a broken connection also
+        ends it that way (the caller may resume); otherwise its UpstreamError propagates.
+        """
+        try:
+            async for chunk in answer.chunks:
+                for event in decoder.feed(chunk):
+                    if event.event != "message":
+                        continue
+                    message = _parse(event.data)
+                    session.deliver(message, origin)
+                    if isinstance(message, dict) and "method" not in message:
+                        return True  # the answer ends the request's stream; stop reading here
+        except UpstreamError as exc:
+            if not (resumable and exc.reason == "upstream_unavailable" and decoder.last_event_id):
+                raise
+            log.debug("the event stream from %s broke: %s", self.host, exc.reason)
+        return False
+
+    async def _resume(
+        self, decoder: SseDecoder, origin: RequestId | None, session: McpSession, deadline: float
+    ) -> None:
+        """GET + Last-Event-ID until the answer arrives (2025 era; SEP-1699 polling).
+
+        Returns without the answer when there is nothing to resume from or the server does
+        not resume (405, no event stream): the session then fails the request as before.
+        Never resends the request itself.
+        """
+        loop = asyncio.get_running_loop()
+        for _ in range(_RESUME_ATTEMPTS):
+            last_id = decoder.last_event_id
+            if not _EVENT_ID.fullmatch(last_id):
+                return  # no (usable) event id: the stream cannot be resumed
+            retry_ms = _DEFAULT_RETRY_MS if decoder.retry_ms is None else decoder.retry_ms
+            if loop.time() + retry_ms / 1000 >= deadline:
+                raise UpstreamError(
+                    f"{self.host} closed the event stream and asked for a {retry_ms} ms wait "
+                    "before resuming, past the request's deadline",
+                    reason="upstream_timeout",
+                )
+            await asyncio.sleep(retry_ms / 1000)
+            headers = {**self.headers, "Accept": "text/event-stream", "Last-Event-ID": last_id}
+            if self._legacy_version:
+                headers["MCP-Protocol-Version"] = self._legacy_version
+            if self.session_id:
+                headers["Mcp-Session-Id"] = self.session_id
+            decoder = SseDecoder(
+                self.egress.max_bytes, self.host, last_event_id=last_id, retry_ms=decoder.retry_ms
+            )
+            remaining = max(0.001, deadline - loop.time())
+            async with self.egress.stream("GET", self.url, headers=headers, timeout_s=remaining) as answer:
+                kind = answer.content_type.split(";")[0].strip().lower()
+                if answer.status != 200 or kind != "text/event-stream":
+                    log.debug("%s did not resume the event stream (HTTP %s)", self.host, answer.status)
+                    return
+                if await self._read_events(answer, decoder, origin, session, resumable=True):
+                    return
+        log.debug("%s closed the event stream %d times; giving up", self.host, _RESUME_ATTEMPTS + 1)
 
     async def _refusal(self, answer: HttpStream, origin: RequestId | None, session: McpSession) -> None:
         """A 4xx/5xx: a JSON-RPC error body is the answer; otherwise an UpstreamError."""

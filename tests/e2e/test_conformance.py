@@ -109,8 +109,7 @@ def test_client_scenarios_pass_with_the_gateway_as_the_client(
     judged = _judged(runs, request, "client")
     assert {run.endpoint for run, _ in judged} == set(CLIENT_SCENARIOS)
     for run, _ in judged:
-        if run.endpoint != "sse-retry":
-            assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
+        assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
     _check(judged, suite.load_baseline()["client"])
 
 
