@@ -16,6 +16,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search_tools
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
+from appliance.upstream.mcp_session import ProgressCallback
 
 _PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
 _RUN_SCHEMA = {
@@ -151,7 +152,14 @@ def _error_result(exc: ApplianceError) -> CallResult:
     )
 
 
-async def call_bridge(rt: Runtime, principal: Principal, name: str, args: dict[str, Any]) -> CallResult:
+async def call_bridge(
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    args: dict[str, Any],
+    *,
+    on_progress: ProgressCallback | None = None,
+) -> CallResult:
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
@@ -176,7 +184,13 @@ async def call_bridge(rt: Runtime, principal: Principal, name: str, args: dict[s
             return _error_result(exc)
     try:
         return await call_tool(
-            rt, principal, args["tool"], args.get("input") or {}, project=args.get("project"), runner=name
+            rt,
+            principal,
+            args["tool"],
+            args.get("input") or {},
+            project=args.get("project"),
+            runner=name,
+            on_progress=on_progress,
         )
     except (InvalidParams, UpstreamError) as exc:
         return _error_result(exc)

@@ -16,6 +16,7 @@ from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
+from appliance.upstream.mcp_session import ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
@@ -64,14 +65,16 @@ async def call_tool(
     *,
     project: str | None = None,
     runner: str | None = None,
+    on_progress: ProgressCallback | None = None,
 ) -> CallResult:
+    """``on_progress`` receives an MCP upstream's ``notifications/progress`` params."""
     tool = await resolve_tool(rt, name, project=project)
     if runner is not None:
         check_runner(tool, runner)
     validate_arguments(tool.input_schema, arguments)
     started = time.perf_counter()
     try:
-        result = await _dispatch(rt, tool, arguments)
+        result = await _dispatch(rt, tool, arguments, on_progress)
     except UpstreamError as exc:
         result = CallResult(
             content=[{"type": "text", "text": exc.public_message}],
@@ -88,9 +91,11 @@ async def call_tool(
     return result
 
 
-async def _dispatch(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallResult:
+async def _dispatch(
+    rt: Runtime, tool: Tool, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+) -> CallResult:
     if tool.source_kind == "mcp":
-        return await _call_mcp(rt, tool, arguments)
+        return await _call_mcp(rt, tool, arguments, on_progress)
     if tool.source_kind == "catalog" or tool.binding is None:
         raise UpstreamError(
             f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "
@@ -119,7 +124,9 @@ def pool_key(tool_or_project: Tool | str, slug: str | None = None) -> str:
     return f"{tool_or_project}.{slug}"
 
 
-async def _call_mcp(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallResult:
+async def _call_mcp(
+    rt: Runtime, tool: Tool, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+) -> CallResult:
     async with rt.db.read() as conn:
         connection = await store.toolkit_connection(conn, tool.toolkit_id)
     if not connection:
@@ -133,6 +140,7 @@ async def _call_mcp(rt: Runtime, tool: Tool, arguments: dict[str, Any]) -> CallR
             tool.upstream_name,
             arguments,
             timeout_s=rt.settings.upstream_timeout_s,
+            on_progress=on_progress,
         )
     return mcp_result(raw)
 

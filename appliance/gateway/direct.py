@@ -17,6 +17,7 @@ from appliance.errors import InvalidParams, NotFound
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
+from appliance.upstream.mcp_session import ProgressCallback
 
 
 def own_name(tool: Tool) -> str:
@@ -70,11 +71,17 @@ async def list_tools(rt: Runtime, kit: Toolkit) -> list[dict[str, Any]]:
 
 
 async def call(
-    rt: Runtime, principal: Principal, kit: Toolkit, name: str, arguments: dict[str, Any]
+    rt: Runtime,
+    principal: Principal,
+    kit: Toolkit,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    on_progress: ProgressCallback | None = None,
 ) -> CallResult:
     async with rt.db.read() as conn:
         tools = await store.tools_in_toolkit(conn, kit.id)
     tool = next((t for t in tools if own_name(t) == name), None)
     if tool is None:
         raise unknown_tool(name)
-    return await call_tool(rt, principal, tool.name, arguments, project=kit.project)
+    return await call_tool(rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress)

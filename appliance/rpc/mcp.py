@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, modern
+from appliance.upstream.mcp_session import ProgressCallback
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,8 @@ class CallContext:
     protocol_version: str
     modern: bool = False
     toolkit: Toolkit | None = None  # set on /mcp/<slug>: that toolkit's tools, no bridge
+    # Sends a JSON-RPC notification to the caller ahead of the response (None: cannot).
+    notify: Callable[[dict[str, Any]], Awaitable[None]] | None = None
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
@@ -93,6 +97,38 @@ def tool_result(result: CallResult) -> dict[str, Any]:
     return out
 
 
+def progress_token(params: dict[str, Any]) -> str | int | None:
+    """The client's ``params._meta.progressToken`` (None: it asked for no progress)."""
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    if isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool)):
+        return token
+    return None
+
+
+def _progress_relay(ctx: CallContext, params: dict[str, Any]) -> ProgressCallback | None:
+    """An upstream progress callback that re-sends it under the CLIENT's token."""
+    token = progress_token(params)
+    notify = ctx.notify
+    if token is None or notify is None:
+        return None
+
+    async def relay(upstream: dict[str, Any]) -> None:
+        progress = upstream.get("progress")
+        if not isinstance(progress, int | float) or isinstance(progress, bool):
+            return
+        out: dict[str, Any] = {"progressToken": token, "progress": progress}
+        total = upstream.get("total")
+        if isinstance(total, int | float) and not isinstance(total, bool):
+            out["total"] = total
+        message = upstream.get("message")
+        if isinstance(message, str):
+            out["message"] = message
+        await notify({"jsonrpc": "2.0", "method": "notifications/progress", "params": out})
+
+    return relay
+
+
 async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     name = params.get("name")
     if not isinstance(name, str) or not name:
@@ -102,13 +138,16 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidParams("'arguments' must be an object", field="arguments")
+    on_progress = _progress_relay(ctx, params)
     try:
         if ctx.toolkit is not None:
-            result = await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments)
+            result = await direct.call(
+                rt, ctx.principal, ctx.toolkit, name, arguments, on_progress=on_progress
+            )
         elif name in bridge.BRIDGE_NAMES:
-            result = await bridge.call_bridge(rt, ctx.principal, name, arguments)
+            result = await bridge.call_bridge(rt, ctx.principal, name, arguments, on_progress=on_progress)
         else:
-            result = await call_tool(rt, ctx.principal, name, arguments)
+            result = await call_tool(rt, ctx.principal, name, arguments, on_progress=on_progress)
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.

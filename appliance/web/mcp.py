@@ -1,7 +1,10 @@
 """``/mcp``: the MCP streamable HTTP transport (2025-03-26, 2025-06-18, 2025-11-25).
 
 One JSON-RPC message per POST. Requests are answered as JSON when the client accepts it
-(no 1 MiB SSE event limit to trip over), else as a one-event SSE stream. Notifications and
+(no 1 MiB SSE event limit to trip over), else as a one-event SSE stream. A ``tools/call``
+carrying ``_meta.progressToken`` from a client that accepts SSE is answered as an SSE stream
+once the upstream reports progress: the relayed ``notifications/progress``, then the
+response as the last event. Notifications and
 responses get 202. ``initialize`` opens a session (``Mcp-Session-Id``); every later request
 must carry it (400 without, 404 once it is gone). The standalone GET stream is not offered
 (405): the gateway sends no unsolicited messages.
@@ -9,6 +12,7 @@ must carry it (400 without, 404 once it is gone). The standalone GET stream is n
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sanic import Blueprint, Request, response
@@ -64,6 +68,75 @@ def _reply(
     return _json(payload, status, headers)
 
 
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"event: message\ndata: " + jsonrpc.encode(payload) + b"\n\n"
+
+
+class _ProgressStream:
+    """Relays notifications during one request as SSE events, ahead of its response.
+
+    The stream opens lazily, on the first notification: a call that reports no progress is
+    answered exactly as before. Once open, the response goes as the last event whatever its
+    size. Note: SDK 2.x clients reject SSE events over 1 MiB, so a very large result on a
+    call that streamed progress may not reach such a client; the plain JSON answer (no
+    progressToken) has no such limit.
+    """
+
+    def __init__(self, request: Request, headers: dict[str, str]) -> None:
+        self._request = request
+        self._headers = headers
+        self._lock = asyncio.Lock()
+        self._resp: HTTPResponse | None = None
+        self._done = False
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        async with self._lock:
+            if self._done:
+                return  # progress after the response is of no use to anyone
+            if self._resp is None:
+                self._resp = await self._request.respond(
+                    headers={**self._headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+                    content_type="text/event-stream",
+                )
+            await self._resp.send(_event(message))
+
+    async def finish(self, payload: dict[str, Any], status: int = 200) -> HTTPResponse | None:
+        """The handler's return value: a plain reply if nothing was streamed, else None."""
+        async with self._lock:
+            self._done = True
+            if self._resp is None:
+                return _reply(self._request, payload, self._headers, status)
+            await self._resp.send(_event(payload))
+            await self._resp.eof()
+            return None
+
+
+def _progress_stream(
+    request: Request, msg: jsonrpc.Message, headers: dict[str, str]
+) -> _ProgressStream | None:
+    """A stream for this request's progress, when it asked for progress and can take SSE."""
+    if msg.kind != "request" or msg.method != "tools/call" or mcp.progress_token(msg.params) is None:
+        return None
+    if "text/event-stream" not in request.headers.get("accept", ""):
+        return None
+    return _ProgressStream(request, headers)
+
+
+async def _answer(
+    request: Request, ctx: mcp.CallContext, msg: jsonrpc.Message, headers: dict[str, str], modern_era: bool
+) -> HTTPResponse | None:
+    stream = _progress_stream(request, msg, headers)
+    if stream is not None:
+        ctx.notify = stream.notify
+    reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
+    status = 200
+    if modern_era and "error" in reply:
+        status = _MODERN_STATUS.get(reply["error"]["code"], 200)
+    if stream is not None:
+        return await stream.finish(reply, status)
+    return _reply(request, reply, headers, status)
+
+
 # 2026-07-28: the HTTP status follows the JSON-RPC error code, so that intermediaries and
 # dual-era clients can tell a modern refusal from a legacy server's plain 400/404.
 _MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400, -32601: 404}
@@ -71,7 +144,7 @@ _MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 40
 
 async def _serve_modern(
     request: Request, principal: Any, msg: jsonrpc.Message, kit: Toolkit | None
-) -> HTTPResponse:
+) -> HTTPResponse | None:
     """One stateless request: no session is read, minted or echoed."""
     if msg.kind != "request":
         return response.empty(status=202)
@@ -81,9 +154,7 @@ async def _serve_modern(
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
     ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, toolkit=kit)
-    reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
-    status = _MODERN_STATUS.get(reply["error"]["code"], 200) if "error" in reply else 200
-    return _reply(request, reply, {}, status)
+    return await _answer(request, ctx, msg, {}, modern_era=True)
 
 
 def _sessions(request: Request) -> SessionStore:
@@ -107,21 +178,21 @@ async def _scope(request: Request, slug: str | None, project: str | None) -> tup
 
 
 @bp.post("/mcp")
-async def post_mcp(request: Request) -> HTTPResponse:
+async def post_mcp(request: Request) -> HTTPResponse | None:
     return await _post(request, None, None)
 
 
 @bp.post("/mcp/<slug:str>")
-async def post_toolkit_mcp(request: Request, slug: str) -> HTTPResponse:
+async def post_toolkit_mcp(request: Request, slug: str) -> HTTPResponse | None:
     return await _post(request, slug, None)
 
 
 @bp.post("/mcp/<project:str>/<slug:str>")
-async def post_project_toolkit_mcp(request: Request, project: str, slug: str) -> HTTPResponse:
+async def post_project_toolkit_mcp(request: Request, project: str, slug: str) -> HTTPResponse | None:
     return await _post(request, slug, project)
 
 
-async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse:
+async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse | None:
     try:
         principal = await preflight(request)
         kit, scope = await _scope(request, slug, project)
@@ -195,8 +266,8 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
         if msg.method == "notifications/initialized":
             session.initialized = True
         return response.empty(status=202)
-    reply = await mcp.respond(rt, mcp.CallContext(principal, session.protocol_version, toolkit=kit), msg)
-    return _reply(request, reply, headers)
+    ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit)
+    return await _answer(request, ctx, msg, headers, modern_era=False)
 
 
 @bp.get("/mcp")

@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.types import TextContent
 
 from tests.support.peers import EVERYTHING, UPSTREAM, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
@@ -315,3 +316,24 @@ def test_the_mcp_inspector_cli_lists_and_calls_through_a_toolkit_endpoint(app: A
     )
     assert called.returncode == 0, called.stdout + called.stderr
     assert json.loads(called.stdout)["result"]["structuredContent"] == {"result": 42}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_upstream_progress_is_relayed_to_a_client_that_asked_for_it(app: Appliance, mode: str) -> None:
+    async def scenario() -> None:
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        async with connect_to(app, "/mcp", mode) as client:
+            result = await asyncio.wait_for(
+                client.call_tool("httpup__slow", {"seconds": 2}, progress_callback=on_progress), timeout=30
+            )
+            assert result.is_error is False
+            part = result.content[0]
+            assert isinstance(part, TextContent) and part.text == "slept 2.0s"
+            # The relay may drop a report that races the final response; the first one must arrive.
+            assert seen and seen[0] == (1, 2, "step 1/2"), seen
+
+    run(scenario())
