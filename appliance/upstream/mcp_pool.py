@@ -82,17 +82,10 @@ class McpPool:
             return session
         url = str(connection.get("url", ""))
         headers = dict(connection.get("headers") or {})
-        if transport == "sse":
-            return await connect_sse(
-                self.egress,
-                url,
-                headers=headers,
-                timeout_s=timeout_s,
-                client_info=self.client_info,
-                session_options=options,
-            )
-        if transport == "http":
-            return await connect_http(
+        if transport in ("http", "sse"):
+            # http falls back to legacy SSE by itself; "sse" is for URLs known to be legacy.
+            connect = connect_http if transport == "http" else connect_sse
+            return await connect(
                 self.egress,
                 url,
                 headers=headers,
