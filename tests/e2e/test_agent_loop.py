@@ -8,20 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.support.servers import FIXTURES, REPO, Appliance, PetstoreUpstream, cli, running_appliance
+from tests.support.clients import connect, inspector
+from tests.support.servers import FIXTURES, Appliance, PetstoreUpstream, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 BRIDGE = {
@@ -59,18 +54,6 @@ def app(tmp_path_factory: pytest.TempPathFactory, upstream: PetstoreUpstream) ->
         )
         assert done.returncode == 0, done.stderr
         yield running
-
-
-@asynccontextmanager
-async def connect(app: Appliance, **kw: Any) -> AsyncIterator[Client]:
-    # The SDK does not close an http_client it was handed; we own it.
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
-        Client(
-            streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=30, **kw
-        ) as client,
-    ):
-        yield client
 
 
 def run(coro: Any) -> Any:
@@ -267,34 +250,8 @@ def test_the_demo_toolkit_works_with_no_configuration(app: Appliance) -> None:
 
 
 def test_the_mcp_inspector_cli_lists_the_bridge_tools(app: Appliance) -> None:
-    inspector = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
-    if not inspector.exists():
-        pytest.fail("tests/peers is not installed: run `make test` (npm ci in tests/peers)")
-    assert shutil.which("node"), "node is required for the Inspector CLI"
-    done = subprocess.run(
-        [
-            str(inspector),
-            "--cli",
-            app.mcp_url,
-            "--transport",
-            "http",
-            "--header",
-            f"Authorization: Bearer {app.key}",
-            "--stored-auth-only",
-            "--method",
-            "tools/list",
-            "--format",
-            "json",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    names = {t["name"] for t in json.loads(done.stdout)["result"]["tools"]}
-    assert names == BRIDGE
+    result = inspector(app, "/mcp", "http", "--method", "tools/list")
+    assert {t["name"] for t in result["tools"]} == BRIDGE
 
 
 def test_a_bad_spec_is_refused_with_a_reason_and_stores_nothing(tmp_path: Path, app: Appliance) -> None:

@@ -16,17 +16,15 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from tests.support.clients import connect
 from tests.support.peers import UPSTREAM, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
 
@@ -119,15 +117,6 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.05)
-
-
-@asynccontextmanager
-async def connect(app: Appliance) -> AsyncIterator[Client]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
-        Client(streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=60) as client,
-    ):
-        yield client
 
 
 def call(app: Appliance, name: str, arguments: dict[str, Any]) -> Any:

@@ -10,9 +10,7 @@ import asyncio
 import hashlib
 import json
 import re
-import shutil
 import sqlite3
-import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -23,7 +21,8 @@ import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 
-from tests.support.servers import REPO, Appliance, running_appliance
+from tests.support.clients import inspector
+from tests.support.servers import Appliance, running_appliance
 
 pytestmark = pytest.mark.e2e
 BRIDGE = {
@@ -119,33 +118,8 @@ def test_sse_slug_serves_one_toolkit_under_its_own_names(app: Appliance) -> None
 
 
 def test_the_mcp_inspector_cli_lists_the_bridge_tools_over_sse(app: Appliance) -> None:
-    inspector = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
-    if not inspector.exists():
-        pytest.fail("tests/peers is not installed: run `make test` (npm ci in tests/peers)")
-    assert shutil.which("node"), "node is required for the Inspector CLI"
-    done = subprocess.run(
-        [
-            str(inspector),
-            "--cli",
-            app.base_url + "/sse",
-            "--transport",
-            "sse",
-            "--header",
-            f"Authorization: Bearer {app.key}",
-            "--stored-auth-only",
-            "--method",
-            "tools/list",
-            "--format",
-            "json",
-            "-q",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert {t["name"] for t in json.loads(done.stdout)["result"]["tools"]} == BRIDGE
+    result = inspector(app, "/sse", "sse", "--method", "tools/list")
+    assert {t["name"] for t in result["tools"]} == BRIDGE
 
 
 # --- the wire, with plain httpx ------------------------------------------------------------

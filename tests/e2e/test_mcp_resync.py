@@ -12,18 +12,17 @@ import json
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.support.clients import connect
 from tests.support.peers import free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
 
@@ -72,15 +71,6 @@ def admin(app: Appliance) -> httpx.Client:
 def ok(resp: httpx.Response) -> Any:
     assert resp.status_code == 200, resp.text
     return resp.json()
-
-
-@asynccontextmanager
-async def connect(app: Appliance) -> AsyncIterator[Client]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
-        Client(streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=30) as client,
-    ):
-        yield client
 
 
 def run(coro: Any) -> Any:

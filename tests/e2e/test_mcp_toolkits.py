@@ -14,31 +14,19 @@ import os
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import TextContent
 
+from tests.support.clients import connect, inspector
 from tests.support.peers import EVERYTHING, UPSTREAM, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 STDIO_ENV = ["--env", "UPSTREAM_TRANSPORT=stdio"]
-
-
-@asynccontextmanager
-async def connect(app: Appliance) -> AsyncIterator[Client]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
-        Client(streamable_http_client(app.mcp_url, http_client=http), read_timeout_seconds=60) as client,
-    ):
-        yield client
 
 
 def run(coro: Any) -> Any:
@@ -212,21 +200,10 @@ def test_a_killed_stdio_upstream_is_restarted_by_the_next_call_and_none_outlives
     assert not _alive(survivors[0]), "a stdio child outlived `toolspoke serve`"
 
 
-@asynccontextmanager
-async def connect_to(app: Appliance, path: str, mode: str = "auto") -> AsyncIterator[Client]:
-    async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
-        Client(
-            streamable_http_client(app.base_url + path, http_client=http), read_timeout_seconds=60, mode=mode
-        ) as client,
-    ):
-        yield client
-
-
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_a_toolkit_is_served_on_its_own_endpoint_under_its_own_names(app: Appliance, mode: str) -> None:
     async def scenario() -> None:
-        async with connect_to(app, "/mcp/httpup", mode) as client:
+        async with connect(app, "/mcp/httpup", mode=mode) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert set(tools) == {
                 "read_item",
@@ -244,7 +221,7 @@ def test_a_toolkit_is_served_on_its_own_endpoint_under_its_own_names(app: Applia
             )
             added = await client.call_tool("add", {"a": 4, "b": 5})
             assert added.structured_content == {"result": 9}
-        async with connect_to(app, "/mcp/default/demo", mode) as client:
+        async with connect(app, "/mcp/default/demo", mode=mode) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert {"createNote", "listNotes", "getNote", "deleteNote"} <= names
             made = await client.call_tool("createNote", {"body": {"title": "direct"}})
@@ -286,36 +263,10 @@ def test_an_unknown_toolkit_endpoint_is_404_and_the_bridge_names_are_not_served_
 
 
 def test_the_mcp_inspector_cli_lists_and_calls_through_a_toolkit_endpoint(app: Appliance) -> None:
-    import subprocess
-
-    inspector = Path(__file__).resolve().parents[1] / "peers" / "node_modules" / ".bin" / "mcp-inspector"
-    base = [
-        str(inspector),
-        "--cli",
-        app.base_url + "/mcp/httpup",
-        "--transport",
-        "http",
-        "--header",
-        f"Authorization: Bearer {app.key}",
-        "--stored-auth-only",
-        "--format",
-        "json",
-        "-q",
-    ]
-    listed = subprocess.run(
-        [*base, "--method", "tools/list"], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert listed.returncode == 0, listed.stdout + listed.stderr
-    assert "write_item" in {t["name"] for t in json.loads(listed.stdout)["result"]["tools"]}
-    called = subprocess.run(
-        [*base, "--method", "tools/call", "--tool-name", "add", "--tool-args-json", '{"a": 20, "b": 22}'],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert called.returncode == 0, called.stdout + called.stderr
-    assert json.loads(called.stdout)["result"]["structuredContent"] == {"result": 42}
+    listed = inspector(app, "/mcp/httpup", "http", "--method", "tools/list")
+    assert "write_item" in {t["name"] for t in listed["tools"]}
+    args = ("--method", "tools/call", "--tool-name", "add", "--tool-args-json", '{"a": 20, "b": 22}')
+    assert inspector(app, "/mcp/httpup", "http", *args)["structuredContent"] == {"result": 42}
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -326,7 +277,7 @@ def test_upstream_progress_is_relayed_to_a_client_that_asked_for_it(app: Applian
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             seen.append((progress, total, message))
 
-        async with connect_to(app, "/mcp", mode) as client:
+        async with connect(app, "/mcp", mode=mode) as client:
             result = await asyncio.wait_for(
                 client.call_tool("httpup__slow", {"seconds": 2}, progress_callback=on_progress), timeout=30
             )

@@ -1,0 +1,63 @@
+"""Real MCP clients for end-to-end tests: the official SDK and the MCP Inspector CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.support.servers import REPO, Appliance
+
+INSPECTOR = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
+
+
+@asynccontextmanager
+async def connect(
+    app: Appliance, path: str = "/mcp", *, mode: str = "auto", read_timeout_s: float = 60
+) -> AsyncIterator[Client]:
+    """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake)."""
+    # The SDK does not close an http_client it was handed; we own it.
+    async with (
+        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
+        Client(
+            streamable_http_client(app.base_url + path, http_client=http),
+            read_timeout_seconds=read_timeout_s,
+            mode=mode,
+        ) as client,
+    ):
+        yield client
+
+
+def inspector(app: Appliance, path: str, transport: str, *args: str) -> Any:
+    """Run the MCP Inspector CLI (2.12.0) against the appliance; its parsed JSON result."""
+    assert INSPECTOR.exists(), "tests/peers is not installed: run `make test` (npm install in tests/peers)"
+    assert shutil.which("node"), "node is required for the Inspector CLI"
+    done = subprocess.run(
+        [
+            str(INSPECTOR),
+            "--cli",
+            app.base_url + path,
+            "--transport",
+            transport,
+            "--header",
+            f"Authorization: Bearer {app.key}",
+            "--stored-auth-only",
+            "--format",
+            "json",
+            "-q",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)["result"]
