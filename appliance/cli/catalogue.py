@@ -1,0 +1,300 @@
+"""Commands on the catalogue: toolkits, search, call, eval, re-sync, approval, reclassification."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, guard, main, run, settings_for
+from appliance.errors import ApplianceError
+
+
+@main.group(invoke_without_command=True)
+@click.option("--project", default=None)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def toolkits(
+    ctx: click.Context, project: str | None, data_dir: str | None, config_file: str | None, as_json: bool
+) -> None:
+    """List toolkits (or use a subcommand)."""
+    ctx.obj = {"data_dir": data_dir, "config_file": config_file}
+    if ctx.invoked_subcommand is not None:
+        return
+    from appliance.catalogue import store
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.read() as conn:
+            return await store.list_toolkits(conn, project=project)
+
+    kits = run(settings_for(config_file, data_dir=data_dir), work)
+    if as_json:
+        emit(
+            [
+                {
+                    "slug": k.slug,
+                    "project": k.project,
+                    "kind": k.source_kind,
+                    "title": k.title,
+                    "tools": k.tool_count,
+                    "base_url": k.base_url,
+                    "source": k.source,
+                }
+                for k in kits
+            ]
+        )
+        return
+    if not kits:
+        click.echo("no toolkits yet; import one with `toolspoke import openapi SPEC --slug NAME`", err=True)
+    for k in kits:
+        click.echo(f"{k.project}/{k.slug:<24} {k.source_kind:<8} {k.tool_count:>6} tools  {k.title}")
+
+
+@toolkits.command("remove")
+@click.argument("slug")
+@click.option("--project", default="default", show_default=True)
+@click.pass_context
+def toolkits_remove(ctx: click.Context, slug: str, project: str) -> None:
+    """Remove a toolkit and its tools."""
+    from appliance.gateway import imports
+
+    settings = settings_for(ctx.obj["config_file"], data_dir=ctx.obj["data_dir"])
+    removed = run(settings, lambda rt: imports.remove_toolkit(rt, slug, project=project))
+    click.echo(f"removed {project}/{slug} ({removed} tools)")
+
+
+@main.command()
+@click.argument("query")
+@click.option("--toolkit", default=None)
+@click.option("--project", default=None)
+@click.option("--limit", type=click.IntRange(1, 100), default=None)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def search(
+    query: str,
+    toolkit: str | None,
+    project: str | None,
+    limit: int | None,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Search tools the way an agent's search_tools does."""
+    from appliance.gateway.bridge import describe
+    from appliance.gateway.searching import search_tools
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    tools, ranking = run(
+        settings,
+        lambda rt: search_tools(rt, query, toolkit=toolkit, project=project, limit=limit, max_limit=100),
+    )
+    if as_json:
+        emit({"results": [describe(t) for t in tools], "ranking": ranking})
+        return
+    if not tools:
+        click.echo("no matching tools", err=True)
+    for t in tools:
+        click.echo(f"{t.name:<48} {t.kind:<11} {(t.description or t.title)[:80]}")
+
+
+@main.command()
+@click.argument("tool")
+@click.option("--input", "input_json", default="{}", help="Arguments as a JSON object.")
+@click.option("--project", default=None)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def call(
+    tool: str,
+    input_json: str,
+    project: str | None,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Call a tool by its exact name, as the local operator."""
+    from appliance.gateway.calls import call_tool
+    from appliance.models import Principal
+
+    try:
+        arguments = orjson.loads(input_json)
+    except orjson.JSONDecodeError as exc:
+        fail(f"--input is not valid JSON: {exc}", 2)
+    if not isinstance(arguments, dict):
+        fail("--input must be a JSON object", 2)
+    operator = Principal(user_id=0, name="cli", is_admin=True, key_prefix="cli")
+    settings = settings_for(config_file, data_dir=data_dir)
+    result = run(settings, lambda rt: call_tool(rt, operator, tool, arguments, project=project))
+    if as_json:
+        emit(
+            {
+                "content": result.content,
+                "structuredContent": result.structured,
+                "isError": result.is_error,
+                "meta": result.meta,
+            }
+        )
+    else:
+        for part in result.content:
+            click.echo(part.get("text", orjson.dumps(part).decode()))
+    if result.is_error:
+        sys.exit(1)
+
+
+@main.command(name="eval")
+@click.argument("queries", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--limit",
+    type=click.IntRange(10, 100),
+    default=100,
+    show_default=True,
+    help="Results per query (MRR looks at this many).",
+)
+@click.option("--toolkit", default=None)
+@click.option("--project", default=None)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def eval_(
+    queries: str,
+    limit: int,
+    toolkit: str | None,
+    project: str | None,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Score search on labelled queries (JSONL: id, query, gold): Recall@k, nDCG@10, MRR, latency."""
+    from appliance.gateway.evaluation import evaluate, read_queries
+
+    try:
+        items = read_queries(Path(queries).read_bytes())
+    except ApplianceError as exc:
+        fail(exc.public_message, 2)
+    settings = settings_for(config_file, data_dir=data_dir)
+    started = time.perf_counter()
+    summary = run(settings, lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project))
+    if as_json:
+        emit(summary)
+        return
+    click.echo(f"{summary['queries']} queries in {time.perf_counter() - started:.1f}s")
+    for key in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr"):
+        click.echo(f"  {key:<10} {summary[key]:.3f}")
+    lat = summary["latency_ms"]
+    click.echo(f"  latency    p50 {lat['p50']:.2f} ms  p95 {lat['p95']:.2f} ms  p99 {lat['p99']:.2f} ms")
+
+
+# -- re-sync, approval, reclassification ------------------------------------------------------
+
+
+@main.command(name="sync")
+@click.argument("slug")
+@click.option("--project", default="default", show_default=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@guard
+def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """Re-sync an MCP toolkit: new tools arrive pending, vanished ones are disabled."""
+    from appliance.gateway import sync
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    report = run(settings, lambda rt: sync.resync_toolkit(rt, slug, project=project))
+    if as_json:
+        emit(report.as_dict())
+        return
+    for label, names in (
+        ("added (pending)", report.added),
+        ("changed (pending again)", report.changed),
+        ("returned (pending)", report.returned),
+        ("removed (disabled)", report.removed),
+    ):
+        for name in names:
+            click.echo(f"{label:<24} {name}")
+    click.echo(f"{project}/{slug}: {report.unchanged} unchanged, {len(report.pending)} pending approval")
+
+
+@main.command()
+@click.argument("slug")
+@click.option("--project", default="default", show_default=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@guard
+def pending(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """List a toolkit's tools awaiting approval."""
+    from appliance.gateway import sync
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    tools = run(settings, lambda rt: sync.list_pending(rt, slug, project))
+    if as_json:
+        emit({"toolkit": slug, "project": project, "pending": tools})
+        return
+    for t in tools:
+        click.echo(f"{t['name']:<48} {t['kind']:<12} {t['description'][:80]}")
+    if not tools:
+        click.echo(f"{project}/{slug}: nothing pending")
+
+
+@main.command()
+@click.argument("slug")
+@click.option("--tool", "tool_names", multiple=True, metavar="NAME", help="A tool to approve (repeatable).")
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending tool.")
+@click.option("--project", default="default", show_default=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@guard
+def approve(
+    slug: str,
+    tool_names: tuple[str, ...],
+    approve_all: bool,
+    project: str,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Approve pending tools so agents can find and call them."""
+    from appliance.gateway import sync
+
+    if approve_all == bool(tool_names):
+        fail("give --tool NAME (repeatable) or --all", 2)
+    settings = settings_for(config_file, data_dir=data_dir)
+    chosen = None if approve_all else list(tool_names)
+    approved = run(settings, lambda rt: sync.approve(rt, slug, project=project, tools=chosen))
+    if as_json:
+        emit({"toolkit": slug, "project": project, "approved": approved})
+        return
+    for name in approved:
+        click.echo(f"approved {name}")
+    if not approved:
+        click.echo("nothing to approve")
+
+
+@main.command()
+@click.argument("tool")
+@click.argument("kind", type=click.Choice(["read", "write", "destructive", "auto"]))
+@click.option("--project", default=None, help="Needed only when the name exists in several projects.")
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@guard
+def reclassify(
+    tool: str, kind: str, project: str | None, data_dir: str | None, config_file: str | None, as_json: bool
+) -> None:
+    """Set a tool's kind (it decides the runner agents must use); `auto` returns to the source's."""
+    from appliance.gateway import sync
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    result = run(settings, lambda rt: sync.reclassify(rt, tool, kind, project=project))
+    if as_json:
+        emit(result)
+        return
+    click.echo(f"{result['project']}/{result['name']}: {result['kind']} (runner {result['runner']})")

@@ -1,0 +1,89 @@
+"""What every ``toolspoke`` command shares: the click group, common options, settings and exits.
+
+Exit codes: 0 success, 1 the operation failed (bad spec, unknown tool, upstream error),
+2 usage or configuration error. ``--json`` prints machine-readable output on stdout;
+messages for people go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+import orjson
+
+from appliance import config
+from appliance.errors import ApplianceError, ConfigError
+
+T = TypeVar("T")
+DATA_DIR = click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Data directory (also TOOLSPOKE_DATA_DIR).",
+)
+CONFIG = click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML settings file (also TOOLSPOKE_CONFIG).",
+)
+JSON_OUT = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+
+
+def settings_for(config_file: str | None = None, **cli: Any) -> config.Settings:
+    try:
+        return config.load(cli=cli, config_file=config_file)
+    except ConfigError as exc:
+        fail(exc.public_message, 2)
+
+
+def emit(value: Any) -> None:
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode())
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def run(settings: config.Settings, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Open the runtime, run one operation, close; ApplianceErrors become exit 1."""
+    from appliance.gateway.runtime import Runtime
+
+    async def main() -> T:
+        rt = Runtime(settings)
+        await rt.open()
+        try:
+            return await work(rt)
+        finally:
+            await rt.close()
+
+    try:
+        return asyncio.run(main())
+    except ConfigError as exc:
+        fail(exc.public_message, 2)
+    except ApplianceError as exc:
+        where = f" ({exc.field})" if exc.field and exc.field not in exc.public_message else ""
+        fail(exc.public_message + where, 1)
+
+
+def guard(fn: Callable[..., T]) -> Callable[..., T]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except ConfigError as exc:
+            fail(exc.public_message, 2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """toolspoke: an MCP tool gateway. Thousands of tools behind a handful of bridge tools."""

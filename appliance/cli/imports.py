@@ -1,0 +1,219 @@
+"""``toolspoke import openapi | catalog | mcp``: bring toolkits into the catalogue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+
+
+@main.group(name="import")
+def import_() -> None:
+    """Import a toolkit from an OpenAPI spec or a tool catalogue."""
+
+
+def _print_report(report: Any, as_json: bool) -> None:
+    data = report.as_dict()
+    if as_json:
+        emit(data)
+        return
+    verb = "would import" if data["dry_run"] else ("replaced" if data["replaced"] else "imported")
+    click.echo(
+        f"{verb} {data['tool_count']} tools into {data['project']}/{data['slug']} in {data['seconds']:.2f}s"
+    )
+    if data["base_url"]:
+        click.echo(f"base URL: {data['base_url']}")
+    if data["dry_run"]:
+        for tool in data["tools"]:
+            click.echo(f"  {tool['kind']:<12} {tool['name']}  {tool['title']}")
+    for skip in data["skipped"]:
+        click.echo(f"skipped {skip['where']}: {skip['reason']}", err=True)
+    for note in data["notes"]:
+        click.echo(f"note: {note}", err=True)
+
+
+@import_.command("openapi")
+@click.argument("source")
+@click.option("--slug", required=True, help="Toolkit slug: lower-case letters, digits and '-'.")
+@click.option("--project", default="default", show_default=True)
+@click.option("--base-url", default=None, help="Override the spec's server URL.")
+@click.option("--dry-run", is_flag=True, help="Show the tools; store nothing.")
+@click.option("--replace", is_flag=True, help="Replace an existing toolkit with this slug.")
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def import_openapi(
+    source: str,
+    slug: str,
+    project: str,
+    base_url: str | None,
+    dry_run: bool,
+    replace: bool,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Import an OpenAPI 3.x or Swagger 2.0 spec from a file or an http(s) URL."""
+    from appliance.gateway import imports
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    report = run(
+        settings,
+        lambda rt: imports.import_openapi(
+            rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
+        ),
+    )
+    _print_report(report, as_json)
+
+
+@import_.command("catalog")
+@click.argument("source")
+@click.option("--slug", required=True)
+@click.option("--project", default="default", show_default=True)
+@click.option("--dry-run", is_flag=True)
+@click.option("--replace", is_flag=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def import_catalog(
+    source: str,
+    slug: str,
+    project: str,
+    dry_run: bool,
+    replace: bool,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Import tool definitions (JSONL: toolkit, name, description, input_schema) for search only."""
+    from appliance.gateway import imports
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    report = run(
+        settings,
+        lambda rt: imports.import_catalog(
+            rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
+        ),
+    )
+    _print_report(report, as_json)
+
+
+def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
+    """One server from a ``.mcp.json`` / Claude Desktop ``mcpServers`` block."""
+    try:
+        doc = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror}", 2)
+    except orjson.JSONDecodeError as exc:
+        fail(f"{path} is not valid JSON: {exc}", 2)
+    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
+    if not isinstance(servers, dict) or not servers:
+        fail(f"{path} has no 'mcpServers' object", 2)
+    if server is None:
+        if len(servers) != 1:
+            fail(f"{path} lists several servers ({', '.join(servers)}); pick one with --server", 2)
+        server = next(iter(servers))
+    entry = servers.get(server)
+    if not isinstance(entry, dict):
+        fail(f"{path} has no server named {server!r}", 2)
+    return entry
+
+
+@import_.command("mcp", context_settings={"ignore_unknown_options": True})
+@click.argument("target", nargs=-1, type=click.UNPROCESSED)
+@click.option("--slug", required=True)
+@click.option("--project", default="default", show_default=True)
+@click.option(
+    "--transport", type=click.Choice(["auto", "http", "sse", "stdio"]), default="auto", show_default=True
+)
+@click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment for a stdio server.")
+@click.option(
+    "--config",
+    "mcp_config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A .mcp.json / Claude Desktop file with an mcpServers block.",
+)
+@click.option("--server", default=None, help="Which server of --config (when it lists several).")
+@click.option("--dry-run", is_flag=True, help="Connect and list the tools; store nothing.")
+@click.option(
+    "--require-approval", "approve_new", is_flag=True, help="Store the tools pending until approved."
+)
+@click.option("--replace", is_flag=True)
+@DATA_DIR
+@JSON_OUT
+def import_mcp(
+    target: tuple[str, ...],
+    slug: str,
+    project: str,
+    transport: str,
+    env_pairs: tuple[str, ...],
+    mcp_config: str | None,
+    server: str | None,
+    dry_run: bool,
+    approve_new: bool,
+    replace: bool,
+    data_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Import an MCP server: a URL, a command after --, or an entry of an mcpServers file.
+
+    \b
+    toolspoke import mcp https://mcp.example.com/mcp --slug example
+    toolspoke import mcp --slug memory -- npx -y @modelcontextprotocol/server-memory
+    toolspoke import mcp --config .mcp.json --server memory --slug memory
+    """
+    from appliance.gateway import imports
+
+    env: dict[str, str] = {}
+    for pair in env_pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--env wants KEY=VALUE, got {pair!r}", 2)
+        env[key] = value
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = []
+    if mcp_config is not None:
+        if target:
+            fail("give either --config or a URL/command, not both", 2)
+        entry = _mcp_servers_entry(mcp_config, server)
+        if isinstance(entry.get("url"), str):
+            url = entry["url"]
+            if transport == "auto" and entry.get("type") in ("sse", "http"):
+                transport = str(entry["type"])
+        else:
+            command = entry.get("command") if isinstance(entry.get("command"), str) else None
+            raw_args = entry.get("args") or []
+            args = [str(a) for a in raw_args] if isinstance(raw_args, list) else []
+            raw_env = entry.get("env") or {}
+            env = (
+                {**{str(k): str(v) for k, v in raw_env.items()}, **env} if isinstance(raw_env, dict) else env
+            )
+            if command is None:
+                fail(f"server entry in {mcp_config} has neither 'url' nor 'command'", 2)
+    elif len(target) == 1 and target[0].startswith(("http://", "https://")):
+        url = target[0]
+    elif target:
+        command, args = target[0], list(target[1:])
+    else:
+        fail("give a server URL, a command after --, or --config FILE", 2)
+    settings = settings_for(None, data_dir=data_dir)
+
+    async def work(rt: Any) -> Any:
+        connection = imports.mcp_connection(url=url, command=command, args=args, env=env, transport=transport)
+        return await imports.import_mcp(
+            rt,
+            connection,
+            slug=slug,
+            project=project,
+            dry_run=dry_run,
+            replace=replace,
+            approve_new=approve_new,
+        )
+
+    _print_report(run(settings, work), as_json)

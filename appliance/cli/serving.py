@@ -1,0 +1,101 @@
+"""Commands that start or prepare the appliance: serve, stdio, init, version."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from appliance import __version__
+from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, settings_for
+from appliance.errors import ApplianceError
+
+
+@main.command()
+def version() -> None:
+    """Print the version."""
+    click.echo(f"toolspoke {__version__}")
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default 8765; 0 picks a free one).")
+@DATA_DIR
+@CONFIG
+@guard
+def serve(host: str | None, port: int | None, data_dir: str | None, config_file: str | None) -> None:
+    """Serve the MCP endpoint (/mcp), the admin API and the demo toolkit."""
+    from appliance.gateway.runtime import prepare_data_dir
+    from appliance.web.app import create_app, listen_socket
+
+    settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    prepare_data_dir(settings)
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except OSError as exc:
+        fail(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror}", 1)
+    app = create_app(settings)
+    app.ctx.bound_address = sock.getsockname()[:2]
+    app.run(sock=sock, single_process=True, access_log=False, motd=False)
+
+
+@main.command()
+@DATA_DIR
+@CONFIG
+def init(data_dir: str | None, config_file: str | None) -> None:
+    """Create the data directory and print an admin API key, once."""
+    from appliance.access import keys
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    if settings.admin_key is not None:
+        try:
+            keys.check_format(settings.admin_key)
+        except ApplianceError as exc:
+            # A configuration error (exit 2), caught before anything is created or installed.
+            fail(f"TOOLSPOKE_ADMIN_KEY (setting admin_key) is malformed: {exc.public_message}", 2)
+
+    async def work(rt: Any) -> str | None:
+        async with rt.db.read() as conn:
+            if await keys.has_admin_key(conn):
+                return None
+        key = settings.admin_key or keys.new_key()
+        async with rt.db.write() as tx:
+            user = await keys.ensure_admin(tx)
+            await keys.add_key(tx, user, key, name="init")
+        return key
+
+    key = run(settings, work)
+    if key is None:
+        click.echo(
+            f"toolspoke is already initialised in {settings.data_dir}; its admin key was shown once.",
+            err=True,
+        )
+        return
+    click.echo(f"Initialised {settings.data_dir}", err=True)
+    if settings.admin_key:
+        click.echo("Installed the admin key from TOOLSPOKE_ADMIN_KEY.", err=True)
+    else:
+        click.echo("Admin API key (shown once; store it now):", err=True)
+        click.echo(key)
+
+
+@main.command()
+@DATA_DIR
+@CONFIG
+@guard
+def stdio(data_dir: str | None, config_file: str | None) -> None:
+    """Serve the bridge over stdio for desktop MCP clients (key from TOOLSPOKE_API_KEY)."""
+    from appliance.web.stdio import serve_stdio
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    # stdout carries MCP messages only; every log line goes to stderr.
+    logging.basicConfig(
+        level=settings.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not settings.api_key:
+        fail("toolspoke stdio needs an API key in TOOLSPOKE_API_KEY", 2)
+    key = settings.api_key
+    run(settings, lambda rt: serve_stdio(rt, key))
