@@ -288,6 +288,14 @@ SETTINGS: tuple[Setting, ...] = (
         "`tools/list_changed` notification and `toolspoke sync` still re-sync).",
     ),
     Setting(
+        "imports_per_hour",
+        "TOOLSPOKE_IMPORTS_PER_HOUR",
+        10,
+        _non_negative(int),
+        "Imports one user may start through the admin API per sliding hour (the CLI is not "
+        "limited); the next one is refused with the seconds to wait.",
+    ),
+    Setting(
         "demo",
         "TOOLSPOKE_DEMO",
         True,
@@ -338,6 +346,7 @@ class Settings:
     health_recover_after: int
     # MCP re-sync
     mcp_resync_s: float
+    imports_per_hour: int
     demo: bool
     log_level: str
 

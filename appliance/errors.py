@@ -19,6 +19,7 @@
     ├── ImportFailed                    422  -32602  import_failed    (bad spec; nothing stored)
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
+    ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
                  upstream_unavailable, upstream_redirect, ssrf_blocked, no_upstream
@@ -141,6 +142,12 @@ class Forbidden(ApplianceError):
     http_status = 403
     rpc_code = -32001
     reason = "forbidden"
+
+
+class RateLimited(ApplianceError):
+    http_status = 429
+    rpc_code = -32001
+    reason = "rate_limited"
 
 
 class UpstreamError(ApplianceError):

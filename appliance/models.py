@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import orjson
 
 Kind = Literal["read", "write", "destructive"]
 KINDS: tuple[Kind, ...] = ("read", "write", "destructive")
@@ -93,6 +96,11 @@ class Toolkit:
     health: str = "active"
     health_reason: str = ""
     health_changed_at: str | None = None
+    # Who may see it (see access/visibility.py): owner (None: the platform's, i.e. every
+    # admin's), private or published, and whether it is a platform default for agents.
+    owner_id: int | None = None
+    visibility: str = "private"
+    is_default: bool = False
 
 
 @dataclass(frozen=True)
@@ -127,12 +135,81 @@ class SearchHit:
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling. Issue-4 work (agents, grants) extends this."""
+    """Who is calling, as the credential says (never a header or a session).
+
+    A user's own key has ``agent_id`` None; an agent's key acts for ``user_id`` as that agent.
+    ``operator`` is the CLI run without a key by whoever owns the data directory: it sees
+    everything. ``anonymous`` is a caller without a key on a published toolkit's endpoint:
+    it may list that toolkit's tools but never call one.
+    """
 
     user_id: int
     name: str
     is_admin: bool
     key_prefix: str
+    agent_id: int | None = None
+    agent_name: str | None = None
+    preload: tuple[str, ...] = ()  # tool names its sessions get in tools/list (within its scope)
+    operator: bool = False
+    anonymous: bool = False
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one principal may see and call, as a filter applied inside the catalogue's SQL.
+
+    ``toolkits`` None means everything. Otherwise a toolkit is visible when its id is in
+    ``toolkits``; a tool when its toolkit is visible, it is active, and, when its toolkit is
+    in ``restricted``, its id is in that toolkit's set. Computed by ``access/visibility.py``.
+    """
+
+    toolkits: frozenset[int] | None
+    restricted: Mapping[int, frozenset[int]] = field(default_factory=dict)
+
+    @property
+    def unrestricted(self) -> bool:
+        return self.toolkits is None
+
+    def sees_toolkit(self, toolkit_id: int) -> bool:
+        return self.toolkits is None or toolkit_id in self.toolkits
+
+    def sees_tool(self, toolkit_id: int, tool_id: int) -> bool:
+        if not self.sees_toolkit(toolkit_id):
+            return False
+        only = self.restricted.get(toolkit_id)
+        return only is None or tool_id in only
+
+    def toolkit_sql(self, alias: str = "k") -> tuple[str, list[Any]]:
+        """A WHERE clause (and its parameters) keeping visible toolkits; ("", []) for all."""
+        if self.toolkits is None:
+            return "", []
+        return f"{alias}.id IN (SELECT value FROM json_each(?))", [_ids(self.toolkits)]
+
+    def tool_sql(self, alias: str = "t") -> tuple[str, list[Any]]:
+        """A WHERE clause (and its parameters) keeping visible tools; ("", []) for all.
+
+        Non-correlated ``IN`` subqueries: SQLite builds each set once per statement.
+        """
+        if self.toolkits is None:
+            return "", []
+        sql = f"{alias}.toolkit_id IN (SELECT value FROM json_each(?))"
+        params: list[Any] = [_ids(self.toolkits)]
+        if self.restricted:
+            sql += (
+                f" AND ({alias}.toolkit_id NOT IN (SELECT value FROM json_each(?))"
+                f" OR {alias}.id IN (SELECT value FROM json_each(?)))"
+            )
+            params += [_ids(self.restricted), _ids(i for ids in self.restricted.values() for i in ids)]
+        return sql, params
+
+
+def _ids(ids: Any) -> str:
+    return orjson.dumps(sorted(int(i) for i in ids)).decode()
+
+
+EVERYTHING = Scope(toolkits=None)
+# A caller without a key on a published toolkit's own endpoint (may list, never call).
+ANONYMOUS = Principal(user_id=0, name="anonymous", is_admin=False, key_prefix="", anonymous=True)
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 Keys are 256-bit random (``tsk_`` + 43 url-safe characters), so a fast hash is enough:
 nobody can brute-force the pre-image, and a slow KDF would cost every request.
 The prefix (first 12 characters) is not secret: it names the key in listings and audit.
+A key belongs to a user, or to one of that user's agents; every request looks it up again,
+so expiry and revocation count from the next request.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import UTC, datetime
+from typing import Any
 
-from appliance.db import ReadConn, WriteTx
-from appliance.errors import Conflict, InvalidParams, Unauthorized
+from appliance.db import ReadConn, WriteTx, dumps, loads
+from appliance.errors import Conflict, InvalidParams, NotFound, Unauthorized
 from appliance.models import Principal
 
 KEY_PREFIX = "tsk_"
 PREFIX_LEN = 12
+_NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 
 def new_key() -> str:
@@ -35,6 +40,24 @@ def check_format(key: str) -> None:
         )
 
 
+def parse_expiry(value: Any, *, field: str = "expires_at") -> str | None:
+    """An RFC 3339 time (with a zone) → the stored UTC form, comparable as text with SQLite's now."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"'{field}' must be an RFC 3339 time such as 2030-01-31T00:00:00Z", field=field)
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidParams(
+            f"'{field}' must be an RFC 3339 time such as 2030-01-31T00:00:00Z", field=field
+        ) from None
+    if when.tzinfo is None:
+        raise InvalidParams(f"'{field}' needs a time zone (for example a trailing Z)", field=field)
+    when = when.astimezone(UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
 async def ensure_admin(tx: WriteTx, name: str = "admin") -> int:
     row = await tx.one("SELECT id FROM users WHERE name = ?", (name,))
     if row is not None:
@@ -42,15 +65,108 @@ async def ensure_admin(tx: WriteTx, name: str = "admin") -> int:
     return await tx.run("INSERT INTO users (name, is_admin) VALUES (?, 1)", (name,))
 
 
-async def add_key(tx: WriteTx, user_id: int, key: str, *, name: str = "") -> str:
+async def add_key(
+    tx: WriteTx,
+    user_id: int,
+    key: str,
+    *,
+    name: str = "",
+    agent_id: int | None = None,
+    expires_at: str | None = None,
+    preload: list[str] | None = None,
+) -> str:
     prefix = key[:PREFIX_LEN]
     if await tx.one("SELECT 1 FROM api_keys WHERE prefix = ?", (prefix,)):
         raise Conflict("a key with this prefix already exists", field="key")
     await tx.run(
-        "INSERT INTO api_keys (user_id, name, prefix, secret_hash) VALUES (?, ?, ?, ?)",
-        (user_id, name, prefix, _hash(key)),
+        "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash, expires_at, preload)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            user_id,
+            agent_id,
+            name,
+            prefix,
+            _hash(key),
+            expires_at,
+            None if preload is None else dumps(preload),
+        ),
     )
     return prefix
+
+
+async def create_key(
+    tx: WriteTx,
+    user_id: int,
+    *,
+    name: str = "",
+    agent_id: int | None = None,
+    expires_at: str | None = None,
+    preload: list[str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """A new key (the only time its secret exists outside the caller) and its listing."""
+    key = new_key()
+    prefix = await add_key(
+        tx, user_id, key, name=name, agent_id=agent_id, expires_at=expires_at, preload=preload
+    )
+    listed = await key_info(tx, prefix)
+    assert listed is not None
+    return key, listed
+
+
+_LISTING = (
+    "SELECT k.prefix, k.name, k.user_id, u.name AS user_name, k.agent_id, a.name AS agent_name,"
+    " k.created_at, k.expires_at, k.revoked_at, k.preload"
+    " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
+)
+
+
+def _listing(row: Any) -> dict[str, Any]:
+    return {
+        "prefix": row["prefix"],
+        "name": row["name"],
+        "user_id": row["user_id"],
+        "user": row["user_name"],
+        "agent_id": row["agent_id"],
+        "agent": row["agent_name"],
+        "created_at": row["created_at"],
+        "expires_at": row["expires_at"],
+        "revoked_at": row["revoked_at"],
+        "preload": loads(row["preload"]),
+    }
+
+
+async def key_info(conn: ReadConn, prefix: str) -> dict[str, Any] | None:
+    row = await conn.one(_LISTING + " WHERE k.prefix = ?", (prefix,))
+    return None if row is None else _listing(row)
+
+
+async def list_keys(
+    conn: ReadConn, *, user_id: int | None = None, agent_id: int | None = None
+) -> list[dict[str, Any]]:
+    """Keys by prefix (never a secret or a hash), newest first."""
+    clauses, params = [], []
+    if user_id is not None:
+        clauses.append("k.user_id = ?")
+        params.append(user_id)
+    if agent_id is not None:
+        clauses.append("k.agent_id = ?")
+        params.append(agent_id)
+    where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+    rows = await conn.all(_LISTING + where + " ORDER BY k.id DESC", params)
+    return [_listing(r) for r in rows]
+
+
+async def revoke(tx: WriteTx, prefix: str) -> dict[str, Any]:
+    """Revoke a key; revoking twice keeps the first time."""
+    found = await key_info(tx, prefix)
+    if found is None:
+        raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
+    await tx.run(
+        f"UPDATE api_keys SET revoked_at = {_NOW} WHERE prefix = ? AND revoked_at IS NULL", (prefix,)
+    )
+    out = await key_info(tx, prefix)
+    assert out is not None
+    return out
 
 
 async def has_admin_key(conn: ReadConn) -> bool:
@@ -67,21 +183,25 @@ async def authenticate(conn: ReadConn, key: str) -> Principal:
     if not key.startswith(KEY_PREFIX) or len(key) > 256:
         raise denied
     row = await conn.one(
-        "SELECT k.secret_hash, k.prefix, k.expires_at, k.revoked_at, u.id AS user_id, u.name, u.is_admin"
-        " FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.prefix = ?",
+        "SELECT k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload,"
+        f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
+        " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
+        " a.preload AS agent_preload"
+        " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
+        " WHERE k.prefix = ?",
         (key[:PREFIX_LEN],),
     )
     if row is None or not hmac.compare_digest(row["secret_hash"], _hash(key)):
         raise denied
-    if row["revoked_at"] is not None:
+    if row["revoked_at"] is not None or row["expired"]:
         raise denied
-    if row["expires_at"] is not None:
-        now = await conn.one("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS now")
-        if row["expires_at"] <= now["now"]:
-            raise denied
+    preload = loads(row["key_preload"]) if row["key_preload"] is not None else loads(row["agent_preload"])
     return Principal(
         user_id=int(row["user_id"]),
         name=row["name"],
         is_admin=bool(row["is_admin"]),
         key_prefix=row["prefix"],
+        agent_id=None if row["agent_id"] is None else int(row["agent_id"]),
+        agent_name=row["agent_name"],
+        preload=tuple(preload or ()),
     )

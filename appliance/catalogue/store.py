@@ -12,7 +12,7 @@ from typing import Any
 from appliance.catalogue.sync import fingerprint
 from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, NotFound
-from appliance.models import Tool, ToolDraft, Toolkit, ToolkitDraft
+from appliance.models import EVERYTHING, Scope, Tool, ToolDraft, Toolkit, ToolkitDraft
 
 # An owner's reclassification wins over the kind the source implied.
 _TOOL_COLUMNS = """
@@ -66,6 +66,9 @@ def _toolkit(row: Any) -> Toolkit:
         health=row["health"],
         health_reason=row["health_reason"],
         health_changed_at=row["health_changed_at"],
+        owner_id=row["owner_id"],
+        visibility=row["visibility"],
+        is_default=bool(row["is_default"]),
     )
 
 
@@ -175,47 +178,102 @@ async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> list[int]:
     return ids
 
 
-async def list_toolkits(conn: ReadConn, *, project: str | None = None) -> list[Toolkit]:
-    sql = (
-        "SELECT k.*, p.slug AS project, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id"
-        f" AND {_ACTIVE}) AS tool_count FROM toolkits k JOIN projects p ON p.id = k.project_id"
+def _where(*clauses: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
+    sql = " AND ".join(c for c, _ in clauses if c)
+    return (" WHERE " + sql if sql else ""), [p for _, ps in clauses for p in ps]
+
+
+# Every read path for callers takes the caller's ``Scope`` (see access/visibility.py) and
+# applies it inside its SQL, so an invisible tool is filtered exactly like an absent one and
+# counts, names and pages are computed after filtering. ``scope=None`` is the operator's view.
+
+
+def list_toolkits_in(
+    conn: SyncReader, *, project: str | None = None, slug: str | None = None, scope: Scope | None = None
+) -> list[Toolkit]:
+    scope = scope or EVERYTHING
+    tool_filter, tool_params = scope.tool_sql("t")
+    count = f" AND {tool_filter}" if tool_filter else ""
+    where, params = _where(
+        scope.toolkit_sql("k"),
+        ("p.slug = ?", [project]) if project is not None else ("", []),
+        ("k.slug = ?", [slug]) if slug is not None else ("", []),
     )
-    params: tuple[Any, ...] = ()
-    if project is not None:
-        sql += " WHERE p.slug = ?"
-        params = (project,)
-    rows = await conn.all(sql + " ORDER BY p.slug, k.slug", params)
+    rows = conn.all(
+        "SELECT k.*, p.slug AS project, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id"
+        f" AND {_ACTIVE}{count}) AS tool_count FROM toolkits k JOIN projects p ON p.id = k.project_id"
+        f"{where} ORDER BY p.slug, k.slug",
+        [*tool_params, *params],
+    )
     return [_toolkit(r) for r in rows]
 
 
-async def find_toolkits(conn: ReadConn, slug: str, *, project: str | None = None) -> list[Toolkit]:
-    return [k for k in await list_toolkits(conn, project=project) if k.slug == slug]
+async def list_toolkits(
+    conn: ReadConn, *, project: str | None = None, scope: Scope | None = None
+) -> list[Toolkit]:
+    return await conn.batch(lambda r: list_toolkits_in(r, project=project, scope=scope))
 
 
-async def tool_names_by_toolkit(conn: ReadConn, toolkit_ids: Iterable[int]) -> dict[int, list[str]]:
+def find_toolkits_in(
+    conn: SyncReader, slug: str, *, project: str | None = None, scope: Scope | None = None
+) -> list[Toolkit]:
+    """Every toolkit with this slug the scope sees (one per project that installs it)."""
+    return list_toolkits_in(conn, project=project, slug=slug, scope=scope)
+
+
+async def find_toolkits(
+    conn: ReadConn, slug: str, *, project: str | None = None, scope: Scope | None = None
+) -> list[Toolkit]:
+    return await conn.batch(lambda r: find_toolkits_in(r, slug, project=project, scope=scope))
+
+
+def tool_names_by_toolkit_in(
+    conn: SyncReader, toolkit_ids: Iterable[int], *, scope: Scope | None = None
+) -> dict[int, list[str]]:
     ids = list(toolkit_ids)
     if not ids:
         return {}
-    marks = ",".join("?" * len(ids))
-    rows = await conn.all(
-        f"SELECT toolkit_id, name FROM tools t WHERE toolkit_id IN ({marks}) AND {_ACTIVE}"
-        " ORDER BY toolkit_id, name",
-        ids,
+    where, params = _where(
+        ("t.toolkit_id IN (SELECT value FROM json_each(?))", [dumps(ids)]),
+        (_ACTIVE, []),
+        (scope or EVERYTHING).tool_sql("t"),
     )
+    rows = conn.all(f"SELECT t.toolkit_id, t.name FROM tools t{where} ORDER BY t.toolkit_id, t.name", params)
     out: dict[int, list[str]] = {i: [] for i in ids}
     for r in rows:
         out[int(r["toolkit_id"])].append(r["name"])
     return out
 
 
-async def tools_named(conn: ReadConn, name: str, *, project: str | None = None) -> list[Tool]:
+async def tool_names_by_toolkit(
+    conn: ReadConn, toolkit_ids: Iterable[int], *, scope: Scope | None = None
+) -> dict[int, list[str]]:
+    ids = list(toolkit_ids)
+    return await conn.batch(lambda r: tool_names_by_toolkit_in(r, ids, scope=scope))
+
+
+def tools_named_in(
+    conn: SyncReader, names: Iterable[str], *, project: str | None = None, scope: Scope | None = None
+) -> list[Tool]:
+    """Every visible tool with one of these exact names (one per project installing its toolkit)."""
+    wanted = list(dict.fromkeys(names))
+    if not wanted:
+        return []
+    where, params = _where(
+        ("t.name IN (SELECT value FROM json_each(?))", [dumps(wanted)]),
+        (_ACTIVE, []),
+        ("p.slug = ?", [project]) if project is not None else ("", []),
+        (scope or EVERYTHING).tool_sql("t"),
+    )
+    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where} ORDER BY p.slug, t.name", params)
+    return [_tool(r) for r in rows]
+
+
+async def tools_named(
+    conn: ReadConn, name: str, *, project: str | None = None, scope: Scope | None = None
+) -> list[Tool]:
     """Every tool with this exact name (one per project that installs its toolkit)."""
-    sql = f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.name = ? AND {_ACTIVE}"
-    params: list[Any] = [name]
-    if project is not None:
-        sql += " AND p.slug = ?"
-        params.append(project)
-    return [_tool(r) for r in await conn.all(sql + " ORDER BY p.slug", params)]
+    return await conn.batch(lambda r: tools_named_in(r, [name], project=project, scope=scope))
 
 
 async def tools_by_ids(conn: ReadConn, ids: list[int]) -> list[Tool]:
@@ -223,12 +281,15 @@ async def tools_by_ids(conn: ReadConn, ids: list[int]) -> list[Tool]:
     return await conn.batch(lambda r: tools_by_ids_in(r, ids))
 
 
-def tools_by_ids_in(conn: SyncReader, ids: list[int]) -> list[Tool]:
+def tools_by_ids_in(conn: SyncReader, ids: list[int], *, scope: Scope | None = None) -> list[Tool]:
     """``tools_by_ids`` inside a batch (see ``ReadConn.batch``)."""
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.id IN ({marks}) AND {_ACTIVE}", ids)
+    where, params = _where(
+        (f"t.id IN ({marks})", list(ids)), (_ACTIVE, []), (scope or EVERYTHING).tool_sql("t")
+    )
+    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where}", params)
     by_id = {int(r["id"]): _tool(r) for r in rows}
     return [by_id[i] for i in ids if i in by_id]
 
@@ -255,10 +316,14 @@ async def tool_count(conn: ReadConn) -> int:
     return int(row["n"])
 
 
-async def tools_in_toolkit(conn: ReadConn, toolkit_id: int) -> list[Tool]:
-    """A toolkit's active tools, in a stable order (for ``/mcp/<slug>``)."""
-    rows = await conn.all(
-        f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM} WHERE t.toolkit_id = ? AND {_ACTIVE} ORDER BY t.upstream_name",
-        (toolkit_id,),
+def tools_in_toolkit_in(conn: SyncReader, toolkit_id: int, *, scope: Scope | None = None) -> list[Tool]:
+    """A toolkit's visible active tools, in a stable order (for ``/mcp/<slug>``)."""
+    where, params = _where(
+        ("t.toolkit_id = ?", [toolkit_id]), (_ACTIVE, []), (scope or EVERYTHING).tool_sql("t")
     )
+    rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where} ORDER BY t.upstream_name", params)
     return [_tool(r) for r in rows]
+
+
+async def tools_in_toolkit(conn: ReadConn, toolkit_id: int, *, scope: Scope | None = None) -> list[Tool]:
+    return await conn.batch(lambda r: tools_in_toolkit_in(r, toolkit_id, scope=scope))

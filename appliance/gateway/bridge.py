@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.access import visibility
 from appliance.catalogue import store
+from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
 from appliance.gateway.calls import call_tool, unknown_tool
+from appliance.gateway.direct import tool_entry
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search_tools
 from appliance.gateway.validation import validate_arguments
-from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
+from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
 from appliance.upstream.mcp_session import ProgressCallback
 
 _PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
@@ -133,11 +136,31 @@ def describe(tool: Tool) -> dict[str, Any]:
     }
 
 
-async def list_tools(rt: Runtime) -> list[dict[str, Any]]:
-    """The bridge as ``tools/list`` shows it; ``read_guide`` only when some toolkit has a guide."""
+async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
+    """The bridge as ``tools/list`` shows it, then the caller's preloaded tools.
+
+    ``read_guide`` appears only when a toolkit the caller sees has a guide. Preloaded tools
+    are listed under their full names, limited to what the caller may call (a name outside
+    its scope is silently left out: preloading never widens access).
+    """
+
+    def gather(r: SyncReader) -> tuple[bool, list[Tool]]:
+        scope = visibility.scope_in(r, principal)
+        kit_filter, params = scope.toolkit_sql("k")
+        where = f" AND {kit_filter}" if kit_filter else ""
+        has_guide = r.one(f"SELECT 1 FROM toolkits k WHERE k.guide != ''{where} LIMIT 1", params) is not None
+        preloaded = store.tools_named_in(r, principal.preload, scope=scope) if principal.preload else []
+        return has_guide, preloaded
+
     async with rt.db.read() as conn:
-        has_guide = await conn.one("SELECT 1 FROM toolkits WHERE guide != '' LIMIT 1")
-    return [t for t in BRIDGE_TOOLS if t["name"] != "read_guide" or has_guide]
+        has_guide, preloaded = await conn.batch(gather)
+    listed = [t for t in BRIDGE_TOOLS if t["name"] != "read_guide" or has_guide]
+    seen = set(BRIDGE_NAMES)
+    for tool in preloaded:
+        if tool.name not in seen:  # a name in two projects is listed once; calls name the project
+            seen.add(tool.name)
+            listed.append(tool_entry(tool, tool.name))
+    return listed
 
 
 def _json_result(value: dict[str, Any]) -> CallResult:
@@ -168,18 +191,19 @@ async def call_bridge(
         results, ranking = await search_tools(
             rt,
             args["query"],
+            principal=principal,
             toolkit=args.get("toolkit"),
             project=args.get("project"),
             limit=args.get("limit"),
         )
         return _json_result({"results": [describe(t) for t in results], "ranking": ranking})
     if name == "list_toolkits":
-        return _json_result({"toolkits": await list_toolkits(rt, project=args.get("project"))})
+        return _json_result({"toolkits": await list_toolkits(rt, principal, project=args.get("project"))})
     if name == "describe_tools":
-        return _json_result(await describe_tools(rt, args["names"], project=args.get("project")))
+        return _json_result(await describe_tools(rt, principal, args["names"], project=args.get("project")))
     if name == "read_guide":
         try:
-            return _json_result(await read_guide(rt, args["toolkit"], project=args.get("project")))
+            return _json_result(await read_guide(rt, principal, args["toolkit"], project=args.get("project")))
         except (NotFound, InvalidParams) as exc:
             return _error_result(exc)
     try:
@@ -196,10 +220,16 @@ async def call_bridge(
         return _error_result(exc)
 
 
-async def list_toolkits(rt: Runtime, *, project: str | None = None) -> list[dict[str, Any]]:
+async def list_toolkits(
+    rt: Runtime, principal: Principal, *, project: str | None = None
+) -> list[dict[str, Any]]:
+    def gather(r: SyncReader) -> tuple[list[Toolkit], dict[int, list[str]]]:
+        scope = visibility.scope_in(r, principal)
+        kits = store.list_toolkits_in(r, project=project, scope=scope)
+        return kits, store.tool_names_by_toolkit_in(r, [k.id for k in kits], scope=scope)
+
     async with rt.db.read() as conn:
-        kits = await store.list_toolkits(conn, project=project)
-        names = await store.tool_names_by_toolkit(conn, [k.id for k in kits])
+        kits, names = await conn.batch(gather)
     return [
         {
             "toolkit": k.slug,
@@ -213,25 +243,35 @@ async def list_toolkits(rt: Runtime, *, project: str | None = None) -> list[dict
     ]
 
 
-async def describe_tools(rt: Runtime, names: list[str], *, project: str | None = None) -> dict[str, Any]:
-    found: list[dict[str, Any]] = []
-    missing: list[str] = []
+async def describe_tools(
+    rt: Runtime, principal: Principal, names: list[str], *, project: str | None = None
+) -> dict[str, Any]:
+    wanted = list(dict.fromkeys(names))
     async with rt.db.read() as conn:
-        for name in dict.fromkeys(names):
-            tools = await store.tools_named(conn, name, project=project)
-            if tools:
-                found.extend(describe(t) for t in tools)
-            else:
-                missing.append(name)
-    out: dict[str, Any] = {"tools": found}
+        tools = await conn.batch(
+            lambda r: store.tools_named_in(
+                r, wanted, project=project, scope=visibility.scope_in(r, principal)
+            )
+        )
+    by_name: dict[str, list[Tool]] = {}
+    for tool in tools:
+        by_name.setdefault(tool.name, []).append(tool)
+    out: dict[str, Any] = {"tools": [describe(t) for n in wanted for t in by_name.get(n, [])]}
+    missing = [n for n in wanted if n not in by_name]
     if missing:
         out["unknown"] = missing
     return out
 
 
-async def read_guide(rt: Runtime, toolkit: str, *, project: str | None = None) -> dict[str, Any]:
+async def read_guide(
+    rt: Runtime, principal: Principal, toolkit: str, *, project: str | None = None
+) -> dict[str, Any]:
     async with rt.db.read() as conn:
-        kits = await store.find_toolkits(conn, toolkit, project=project)
+        kits = await conn.batch(
+            lambda r: store.find_toolkits_in(
+                r, toolkit, project=project, scope=visibility.scope_in(r, principal)
+            )
+        )
     if not kits:
         raise NotFound(f"unknown toolkit {toolkit!r}; see list_toolkits", field="toolkit")
     if len(kits) > 1:

@@ -10,8 +10,9 @@ import logging
 import time
 from typing import Any
 
+from appliance.access import visibility
 from appliance.catalogue import store
-from appliance.errors import InvalidParams, ToolNotFound, UpstreamError, WrongRunner
+from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -25,15 +26,26 @@ log = logging.getLogger(__name__)
 
 
 def unknown_tool(name: str) -> ToolNotFound:
-    # One text for "absent" and (later) "not yours", so an error never reveals a tool exists.
+    # One text for "absent" and "not yours", so an error never reveals a tool exists.
     return ToolNotFound(f"unknown tool {name!r}; find tools with search_tools", field="name")
 
 
-async def resolve_tool(rt: Runtime, name: str, *, project: str | None = None) -> Tool:
+async def resolve_tool(rt: Runtime, principal: Principal, name: str, *, project: str | None = None) -> Tool:
+    """The one tool ``name`` means to this caller: the access check of every call path.
+
+    A tool the caller may not see is filtered inside the lookup, so it fails exactly like a
+    name that never existed; the ambiguity error lists only projects the caller sees.
+    """
+    if principal.anonymous:
+        raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
     if not isinstance(name, str) or not name or len(name) > 256:
         raise unknown_tool(str(name)[:80])
     async with rt.db.read() as conn:
-        tools = await store.tools_named(conn, name, project=project)
+        tools = await conn.batch(
+            lambda r: store.tools_named_in(
+                r, [name], project=project, scope=visibility.scope_in(r, principal)
+            )
+        )
     if not tools:
         raise unknown_tool(name)
     if len(tools) > 1:
@@ -68,7 +80,7 @@ async def call_tool(
     on_progress: ProgressCallback | None = None,
 ) -> CallResult:
     """``on_progress`` receives an MCP upstream's ``notifications/progress`` params."""
-    tool = await resolve_tool(rt, name, project=project)
+    tool = await resolve_tool(rt, principal, name, project=project)
     if runner is not None:
         check_runner(tool, runner)
     validate_arguments(tool.input_schema, arguments)

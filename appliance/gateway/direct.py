@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.catalogue.naming import SEPARATOR
-from appliance.errors import InvalidParams, NotFound
+from appliance.errors import InvalidParams, NotFound, Unauthorized
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
@@ -37,9 +38,29 @@ def _annotations(tool: Tool) -> dict[str, Any]:
     }
 
 
-async def resolve_toolkit(rt: Runtime, slug: str, *, project: str | None = None) -> Toolkit:
+def tool_entry(tool: Tool, name: str) -> dict[str, Any]:
+    """A tool as ``tools/list`` shows it, under ``name``."""
+    entry: dict[str, Any] = {
+        "name": name,
+        "description": tool.description or tool.title,
+        "inputSchema": tool.input_schema,
+        "annotations": _annotations(tool),
+    }
+    if tool.title:
+        entry["title"] = tool.title
+    return entry
+
+
+async def resolve_toolkit(
+    rt: Runtime, principal: Principal, slug: str, *, project: str | None = None
+) -> Toolkit:
+    """The toolkit ``/mcp/<slug>`` serves, among those the caller sees (else: no such toolkit)."""
     async with rt.db.read() as conn:
-        kits = await store.find_toolkits(conn, slug, project=project)
+        kits = await conn.batch(
+            lambda r: store.find_toolkits_in(
+                r, slug, project=project, scope=visibility.scope_in(r, principal)
+            )
+        )
     if not kits:
         raise NotFound(f"no toolkit {slug!r}", field="toolkit")
     if len(kits) > 1:
@@ -53,20 +74,15 @@ async def resolve_toolkit(rt: Runtime, slug: str, *, project: str | None = None)
     return kits[0]
 
 
-async def list_tools(rt: Runtime, kit: Toolkit) -> list[dict[str, Any]]:
+async def _tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[Tool]:
     async with rt.db.read() as conn:
-        tools = await store.tools_in_toolkit(conn, kit.id)
-    out = []
-    for tool in tools:
-        entry: dict[str, Any] = {
-            "name": own_name(tool),
-            "description": tool.description or tool.title,
-            "inputSchema": tool.input_schema,
-            "annotations": _annotations(tool),
-        }
-        if tool.title:
-            entry["title"] = tool.title
-        out.append(entry)
+        return await conn.batch(
+            lambda r: store.tools_in_toolkit_in(r, kit.id, scope=visibility.scope_in(r, principal))
+        )
+
+
+async def list_tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[dict[str, Any]]:
+    out = [tool_entry(tool, own_name(tool)) for tool in await _tools(rt, principal, kit)]
     return sorted(out, key=lambda t: t["name"])
 
 
@@ -79,9 +95,9 @@ async def call(
     *,
     on_progress: ProgressCallback | None = None,
 ) -> CallResult:
-    async with rt.db.read() as conn:
-        tools = await store.tools_in_toolkit(conn, kit.id)
-    tool = next((t for t in tools if own_name(t) == name), None)
+    if principal.anonymous:
+        raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
+    tool = next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
     if tool is None:
         raise unknown_tool(name)
     return await call_tool(rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress)

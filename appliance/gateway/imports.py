@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from appliance.access import grants, limits
 from appliance.catalogue import store
 from appliance.catalogue.catalog_jsonl import convert_catalog
 from appliance.catalogue.mcp_listing import convert_tools_list
@@ -16,7 +17,7 @@ from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.errors import ImportFailed, UpstreamError
 from appliance.gateway.runtime import Runtime
-from appliance.models import ToolkitDraft
+from appliance.models import Principal, ToolkitDraft
 from appliance.search import fts
 from appliance.upstream.processes import StdioSpec, check_spec
 
@@ -82,16 +83,36 @@ def _read_file(source: str, limit: int) -> bytes:
         raise ImportFailed(f"cannot read {source}: permission denied", field="source") from None
 
 
+async def count_import(rt: Runtime, importer: Principal | None) -> None:
+    """The hourly import limit, counted before any fetching (the operator's CLI is not limited)."""
+    if importer is None or importer.operator:
+        return
+    async with rt.db.write() as tx:
+        await limits.record_import(
+            tx, importer.user_id, per_hour=rt.settings.imports_per_hour, now=time.time()
+        )
+
+
 async def _store(
-    rt: Runtime, draft: ToolkitDraft, project: str, replace: bool, *, approve_new: bool = False
+    rt: Runtime,
+    draft: ToolkitDraft,
+    project: str,
+    replace: bool,
+    *,
+    approve_new: bool = False,
+    importer: Principal | None = None,
 ) -> bool:
     # approve_new: the tools wait as `pending` for an owner's approval, so they stay out of
     # the search index (it holds active tools only) until approved.
     state = "pending" if approve_new else "active"
     async with rt.db.write() as tx:
-        _, stored, removed = await store.store_toolkit(
+        existed = importer is not None and await grants.check_import_target(tx, importer, draft.slug, project)
+        kit_id, stored, removed = await store.store_toolkit(
             tx, draft, project=project, replace=replace, state=state
         )
+        if importer is not None and not existed:
+            # A new toolkit belongs to whoever imported it (the CLI's: the platform's).
+            await grants.set_owner(tx, kit_id, None if importer.operator else importer.user_id)
         if removed:
             await fts.unindex(tx, removed)
         if approve_new:
@@ -147,10 +168,14 @@ async def import_openapi(
     dry_run: bool = False,
     replace: bool = False,
     data: bytes | None = None,
+    importer: Principal | None = None,
 ) -> ImportReport:
+    """``importer``: the API caller, who will own the toolkit (None: the operator's CLI)."""
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
+    if not dry_run:
+        await count_import(rt, importer)
     if base_url is not None:
         rt.egress.check_url(base_url, field="base_url")
     raw = data if data is not None else await read_source(rt, source)
@@ -166,7 +191,7 @@ async def import_openapi(
     rt.egress.check_url(draft.base_url, field="base_url")
     report = _report(draft, project, dry_run, started)
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace)
+        report.replaced = await _store(rt, draft, project, replace, importer=importer)
     report.seconds = time.perf_counter() - started
     return report
 

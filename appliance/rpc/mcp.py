@@ -168,7 +168,10 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
         cursor = params.get("cursor")
         if cursor is not None:
             raise InvalidParams("unknown cursor: tools/list has a single page", field="cursor")
-        tools = await (direct.list_tools(rt, ctx.toolkit) if ctx.toolkit else bridge.list_tools(rt))
+        if ctx.toolkit is not None:
+            tools = await direct.list_tools(rt, ctx.principal, ctx.toolkit)
+        else:
+            tools = await bridge.list_tools(rt, ctx.principal)
         listed: dict[str, Any] = {"tools": tools}
         if ctx.modern:
             listed.update(ttlMs=TOOLS_LIST_TTL_MS, cacheScope="private")

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from appliance.db.connection import ReadConn, SyncReader, WriteTx
+from appliance.models import Scope
 from appliance.search.text import action_of, index_text, query_tokens, quote
 
 # Column weights for bm25(): name, toolkit, description, params, exact. Names and toolkit
@@ -113,11 +114,18 @@ async def search(
     toolkit: str | None = None,
     project: str | None = None,
     allowed_toolkit_ids: Collection[int] | None = None,
+    scope: Scope | None = None,
 ) -> list[tuple[int, float]]:
     """``search_in`` in one hop to the connection's thread."""
     return await conn.batch(
         lambda r: search_in(
-            r, query, limit=limit, toolkit=toolkit, project=project, allowed_toolkit_ids=allowed_toolkit_ids
+            r,
+            query,
+            limit=limit,
+            toolkit=toolkit,
+            project=project,
+            allowed_toolkit_ids=allowed_toolkit_ids,
+            scope=scope,
         )
     )
 
@@ -130,22 +138,26 @@ def search_in(
     toolkit: str | None = None,
     project: str | None = None,
     allowed_toolkit_ids: Collection[int] | None = None,
+    scope: Scope | None = None,
 ) -> list[tuple[int, float]]:
     """Tools matching ``query``, best first, as (tool id, score); higher scores are better.
 
     ``toolkit`` and ``project`` are slugs; ``allowed_toolkit_ids`` (when given) is the set of
-    toolkits the caller may see. A tool whose name, action part or upstream name equals the
-    trimmed query (case-insensitively) comes first. Text with nothing searchable in it
-    returns an empty list, never an error.
+    toolkits the caller may see, ``scope`` the caller's whole access filter (applied in the
+    statement's WHERE, so a page is never short of what the caller may see). A tool whose name,
+    action part or upstream name equals the trimmed query (case-insensitively) comes first.
+    Text with nothing searchable in it returns an empty list, never an error.
     """
     if limit <= 0 or (allowed_toolkit_ids is not None and not allowed_toolkit_ids):
+        return []
+    if scope is not None and scope.toolkits is not None and not scope.toolkits:
         return []
     trimmed = query.strip()
     exact = quote(exact_token(trimmed)) if trimmed and len(trimmed) <= _MAX_NAME_CHARS else None
     expr = _affordable(conn, query_tokens(query))
     if expr is None and exact is None:
         return []
-    filters, params = _filters(toolkit, project, allowed_toolkit_ids)
+    filters, params = _filters(toolkit, project, allowed_toolkit_ids, scope)
     parts: list[str] = []
     args: list[Any] = []
     if exact is not None:
@@ -201,7 +213,10 @@ def _affordable(conn: SyncReader, tokens: list[str]) -> str | None:
 
 
 def _filters(
-    toolkit: str | None, project: str | None, allowed_toolkit_ids: Collection[int] | None
+    toolkit: str | None,
+    project: str | None,
+    allowed_toolkit_ids: Collection[int] | None,
+    scope: Scope | None = None,
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
@@ -214,6 +229,11 @@ def _filters(
     if allowed_toolkit_ids is not None:
         clauses.append("t.toolkit_id IN (SELECT value FROM json_each(?))")
         params.append(orjson.dumps(sorted(int(i) for i in allowed_toolkit_ids)).decode())
+    if scope is not None:
+        sql, scope_params = scope.tool_sql("t")
+        if sql:
+            clauses.append(sql)
+            params += scope_params
     return " AND ".join(clauses), params
 
 
@@ -229,7 +249,9 @@ def _select(filters: str, *, ranked: bool) -> str:
     join = ""
     where = ""
     if filters:
-        join = " JOIN tools t ON t.id = f.rowid JOIN toolkits k ON k.id = t.toolkit_id"
+        join = " JOIN tools t ON t.id = f.rowid"
+        if "k.slug" in filters or "k.project_id" in filters:  # only a slug or project filter reads it
+            join += " JOIN toolkits k ON k.id = t.toolkit_id"
         where = f" AND {filters}"
     return (
         f"SELECT {kind} AS kind, f.rowid AS id, {rank} AS rank FROM tools_fts f{join}"

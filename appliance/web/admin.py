@@ -32,7 +32,7 @@ async def admin_only(request: Request) -> HTTPResponse | None:
     try:
         check_host(request, request.app.ctx.rt.settings)
         check_origin(request, request.app.ctx.rt.settings)
-        await require_admin(request, request.app.ctx.rt)
+        request.ctx.principal = await require_admin(request, request.app.ctx.rt)
     except ApplianceError as exc:
         return error_response(exc)
     return None
@@ -63,7 +63,9 @@ def _str(doc: dict[str, Any], key: str, *, required: bool = False) -> str | None
 @bp.get("/toolkits")
 async def toolkits(request: Request) -> HTTPResponse:
     try:
-        kits = await bridge.list_toolkits(request.app.ctx.rt, project=request.args.get("project"))
+        kits = await bridge.list_toolkits(
+            request.app.ctx.rt, request.ctx.principal, project=request.args.get("project")
+        )
     except ApplianceError as exc:
         return error_response(exc)
     return response.json({"toolkits": kits})
@@ -137,6 +139,7 @@ async def search(request: Request) -> HTTPResponse:
         tools, ranking = await search_tools(
             request.app.ctx.rt,
             query,
+            principal=request.ctx.principal,
             toolkit=request.args.get("toolkit"),
             project=request.args.get("project"),
             limit=limit,

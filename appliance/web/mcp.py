@@ -18,12 +18,12 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, InvalidRequest, Unauthorized
+from appliance.errors import ApplianceError, InvalidParams, InvalidRequest, NotFound, Unauthorized
 from appliance.gateway import direct
-from appliance.models import Toolkit
+from appliance.models import ANONYMOUS, Principal, Toolkit
 from appliance.rpc import jsonrpc, mcp, modern
 from appliance.rpc.sessions import SessionStore
-from appliance.web.guards import authenticate, check_host, check_origin
+from appliance.web.guards import authenticate, bearer_token, check_host, check_origin
 
 bp = Blueprint("mcp")
 SESSION_HEADER = "mcp-session-id"
@@ -169,12 +169,39 @@ async def preflight(request: Request) -> Any:
     return await authenticate(request, rt)
 
 
-async def _scope(request: Request, slug: str | None, project: str | None) -> tuple[Toolkit | None, str]:
+async def _scope(
+    request: Request, principal: Principal, slug: str | None, project: str | None
+) -> tuple[Toolkit | None, str]:
     """The toolkit an endpoint serves (None: the bridge) and its session scope."""
     if slug is None:
         return None, ""
-    kit = await direct.resolve_toolkit(request.app.ctx.rt, slug, project=project)
+    kit = await direct.resolve_toolkit(request.app.ctx.rt, principal, slug, project=project)
     return kit, f"{kit.project}.{kit.slug}"
+
+
+# What a caller without a key may ask of a published toolkit's endpoint (issue 4: listing
+# is public, calling needs a key).
+_PUBLIC_METHODS = {"initialize", "ping", "tools/list", "server/discover"}
+
+
+async def _caller(
+    request: Request, slug: str | None, project: str | None
+) -> tuple[Principal, Toolkit | None, str]:
+    """Who is calling and what they reach here. Without a key, only a published toolkit's
+    endpoint answers (anonymously); anything else needs a key, as before."""
+    if slug is not None and bearer_token(request) is None:
+        rt = request.app.ctx.rt
+        check_host(request, rt.settings)
+        check_origin(request, rt.settings)
+        try:
+            kit, scope = await _scope(request, ANONYMOUS, slug, project)
+        except (NotFound, InvalidParams):
+            # An unpublished toolkit and a missing one both simply need a key.
+            raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'") from None
+        return ANONYMOUS, kit, scope
+    principal = await preflight(request)
+    kit, scope = await _scope(request, principal, slug, project)
+    return principal, kit, scope
 
 
 @bp.post("/mcp")
@@ -194,8 +221,7 @@ async def post_project_toolkit_mcp(request: Request, project: str, slug: str) ->
 
 async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse | None:
     try:
-        principal = await preflight(request)
-        kit, scope = await _scope(request, slug, project)
+        principal, kit, scope = await _caller(request, slug, project)
     except ApplianceError as exc:
         return rpc_error(exc)
     content_type = (request.headers.get("content-type") or "").split(";")[0].strip().lower()
@@ -212,6 +238,10 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
         msg = jsonrpc.parse(request.body)
     except InvalidRequest as exc:
         return rpc_error(exc, exc.data.get("id"), status=400)
+    if principal.anonymous and msg.kind == "request" and msg.method not in _PUBLIC_METHODS:
+        return rpc_error(
+            Unauthorized(f"{msg.method} needs an API key: send 'Authorization: Bearer <key>'"), msg.id
+        )
 
     if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
         return await _serve_modern(request, principal, msg, kit)
@@ -290,8 +320,7 @@ async def get_mcp(request: Request, slug: str | None = None, project: str | None
 @bp.delete("/mcp/<project:str>/<slug:str>", name="delete_project_toolkit_mcp")
 async def delete_mcp(request: Request, slug: str | None = None, project: str | None = None) -> HTTPResponse:
     try:
-        principal = await preflight(request)
-        _, scope = await _scope(request, slug, project)
+        principal, _, scope = await _caller(request, slug, project)
     except ApplianceError as exc:
         return rpc_error(exc)
     session_id = request.headers.get(SESSION_HEADER)

@@ -204,10 +204,12 @@ async def _stop(app: Sanic) -> None:
         await hub.shutdown()
 
 
-async def _toolkit(request: Request, slug: str | None, project: str | None) -> Toolkit | None:
+async def _toolkit(
+    request: Request, principal: Principal, slug: str | None, project: str | None
+) -> Toolkit | None:
     if slug is None:
         return None
-    return await direct.resolve_toolkit(request.app.ctx.rt, slug, project=project)
+    return await direct.resolve_toolkit(request.app.ctx.rt, principal, slug, project=project)
 
 
 @bp.get("/sse")
@@ -219,7 +221,7 @@ async def open_stream(
     hub = _hub(request.app)
     try:
         principal = await preflight(request)
-        await _toolkit(request, slug, project)  # an unknown toolkit is 404 now, not a dead stream
+        await _toolkit(request, principal, slug, project)  # an unknown toolkit is 404 now, not a dead stream
         if hub.stopping or len(hub.streams) >= hub.limit:
             raise TooManyStreams("too many open SSE streams; try again later")
     except ApplianceError as exc:
@@ -272,7 +274,7 @@ async def post_message(request: Request) -> HTTPResponse:
     except InvalidRequest as exc:
         return error_response(exc, exc.data.get("id"), status=400)
     try:
-        kit = await _toolkit(request, stream.slug, stream.project)
+        kit = await _toolkit(request, principal, stream.slug, stream.project)
         await stream.receive(request.app.ctx.rt, principal, kit, msg)
     except ApplianceError as exc:
         return error_response(exc, msg.id)
