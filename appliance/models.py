@@ -208,6 +208,8 @@ def _ids(ids: Any) -> str:
 
 
 EVERYTHING = Scope(toolkits=None)
+# Whoever runs the CLI without a key on the data directory: sees and runs everything.
+OPERATOR = Principal(user_id=0, name="operator", is_admin=True, key_prefix="cli", operator=True)
 # A caller without a key on a published toolkit's own endpoint (may list, never call).
 ANONYMOUS = Principal(user_id=0, name="anonymous", is_admin=False, key_prefix="", anonymous=True)
 

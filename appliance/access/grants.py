@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.access.principals import check_tool_names, get_agent, get_user, manages, require_person
+from appliance.access.principals import (
+    check_tool_names,
+    get_agent,
+    get_user,
+    in_range,
+    manages,
+    require_person,
+)
 from appliance.db import ReadConn, WriteTx
 from appliance.errors import Conflict, Forbidden, InvalidParams, NotFound
 from appliance.models import Principal
@@ -81,7 +88,7 @@ async def set_toolkit_access(
             [(toolkit_id, n) for n in names],
         )
     if owner_id is not None:
-        if not isinstance(owner_id, int) or isinstance(owner_id, bool):
+        if not isinstance(owner_id, int) or isinstance(owner_id, bool) or not in_range(owner_id):
             raise InvalidParams("'owner_id' must be a user id", field="owner_id")
         if not admin:
             raise Forbidden("only an admin gives a toolkit to another owner", field="owner_id")
@@ -153,7 +160,7 @@ async def list_grants(
 
 async def get_grant(conn: ReadConn, actor: Principal, grant_id: int) -> dict[str, Any]:
     require_person(actor)
-    row = await conn.one(_GRANT + " WHERE g.id = ?", (grant_id,))
+    row = await conn.one(_GRANT + " WHERE g.id = ?", (grant_id,)) if in_range(grant_id) else None
     if row is None or not manages(actor, int(row["user_id"])):
         raise NotFound(f"no grant {grant_id}", field="grant_id")
     return await _grant(conn, row)

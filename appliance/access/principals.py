@@ -14,6 +14,11 @@ from appliance.errors import Conflict, Forbidden, InvalidParams, NotFound
 from appliance.models import Principal
 
 NAME_MAX = 64
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger id cannot exist
+
+
+def in_range(value: int) -> bool:
+    return 1 <= value <= MAX_ID
 
 
 def check_name(value: Any, field: str = "name") -> str:
@@ -73,7 +78,7 @@ async def list_users(conn: ReadConn) -> list[dict[str, Any]]:
 
 
 async def get_user(conn: ReadConn, user_id: int) -> dict[str, Any]:
-    row = await conn.one("SELECT * FROM users WHERE id = ?", (user_id,))
+    row = await conn.one("SELECT * FROM users WHERE id = ?", (user_id,)) if in_range(user_id) else None
     if row is None:
         raise NotFound(f"no user {user_id}", field="user_id")
     return _user(row)
@@ -124,7 +129,7 @@ async def list_agents(conn: ReadConn, actor: Principal) -> list[dict[str, Any]]:
 
 async def get_agent(conn: ReadConn, actor: Principal, agent_id: int) -> dict[str, Any]:
     require_person(actor)
-    row = await conn.one("SELECT * FROM agents WHERE id = ?", (agent_id,))
+    row = await conn.one("SELECT * FROM agents WHERE id = ?", (agent_id,)) if in_range(agent_id) else None
     if row is None or not manages(actor, int(row["user_id"])):
         raise NotFound(f"no agent {agent_id}", field="agent_id")
     return _agent(row)

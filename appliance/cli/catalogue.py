@@ -10,6 +10,7 @@ from typing import Any
 import click
 import orjson
 
+from appliance.cli.acting import KEY, acting
 from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, guard, main, run, settings_for
 from appliance.errors import ApplianceError
 
@@ -74,6 +75,7 @@ def toolkits_remove(ctx: click.Context, slug: str, project: str) -> None:
 @click.option("--toolkit", default=None)
 @click.option("--project", default=None)
 @click.option("--limit", type=click.IntRange(1, 100), default=None)
+@KEY
 @DATA_DIR
 @CONFIG
 @JSON_OUT
@@ -82,6 +84,7 @@ def search(
     toolkit: str | None,
     project: str | None,
     limit: int | None,
+    key: str | None,
     data_dir: str | None,
     config_file: str | None,
     as_json: bool,
@@ -91,10 +94,14 @@ def search(
     from appliance.gateway.searching import search_tools
 
     settings = settings_for(config_file, data_dir=data_dir)
-    tools, ranking = run(
-        settings,
-        lambda rt: search_tools(rt, query, toolkit=toolkit, project=project, limit=limit, max_limit=100),
-    )
+
+    async def work(rt: Any) -> Any:
+        who = await acting(rt, key)
+        return await search_tools(
+            rt, query, principal=who, toolkit=toolkit, project=project, limit=limit, max_limit=100
+        )
+
+    tools, ranking = run(settings, work)
     if as_json:
         emit({"results": [describe(t) for t in tools], "ranking": ranking})
         return
@@ -108,6 +115,7 @@ def search(
 @click.argument("tool")
 @click.option("--input", "input_json", default="{}", help="Arguments as a JSON object.")
 @click.option("--project", default=None)
+@KEY
 @DATA_DIR
 @CONFIG
 @JSON_OUT
@@ -115,13 +123,13 @@ def call(
     tool: str,
     input_json: str,
     project: str | None,
+    key: str | None,
     data_dir: str | None,
     config_file: str | None,
     as_json: bool,
 ) -> None:
-    """Call a tool by its exact name, as the local operator."""
+    """Call a tool by its exact name, as the operator (or as --key)."""
     from appliance.gateway.calls import call_tool
-    from appliance.models import Principal
 
     try:
         arguments = orjson.loads(input_json)
@@ -129,9 +137,12 @@ def call(
         fail(f"--input is not valid JSON: {exc}", 2)
     if not isinstance(arguments, dict):
         fail("--input must be a JSON object", 2)
-    operator = Principal(user_id=0, name="cli", is_admin=True, key_prefix="cli")
     settings = settings_for(config_file, data_dir=data_dir)
-    result = run(settings, lambda rt: call_tool(rt, operator, tool, arguments, project=project))
+
+    async def work(rt: Any) -> Any:
+        return await call_tool(rt, await acting(rt, key), tool, arguments, project=project)
+
+    result = run(settings, work)
     if as_json:
         emit(
             {

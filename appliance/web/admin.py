@@ -1,30 +1,39 @@
-"""The admin API (``/api/v1``): toolkits and search for operators and scripts.
+"""The admin API (``/api/v1``): toolkits and search for operators, owners and scripts.
 
-Every route needs an admin key. Errors are JSON ``{"error": {reason, message, field}}``
-with the status the ApplianceError carries.
+Every route needs a user's key (never an agent's). Admins see and manage every toolkit; a
+user imports toolkits they then own (at most ``imports_per_hour`` an hour), removes their
+own, and lists and searches what they may see. Errors are JSON
+``{"error": {reason, message, field, ...}}`` with the status the ApplianceError carries.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
+from appliance.access import grants, principals
 from appliance.errors import ApplianceError, InvalidParams, UpstreamError
 from appliance.gateway import bridge, imports
 from appliance.gateway.searching import search_tools
-from appliance.web.guards import check_host, check_origin, require_admin
+from appliance.models import Principal
+from appliance.web.guards import authenticate, check_host, check_origin, require_admin
 
 bp = Blueprint("admin", url_prefix="/api/v1")
 
 
 def error_response(exc: ApplianceError, status: int | None = None) -> HTTPResponse:
-    body: dict[str, Any] = {"reason": exc.reason, "message": exc.public_message}
+    doc: dict[str, Any] = {"reason": exc.reason, "message": exc.public_message}
     if exc.field is not None:
-        body["field"] = exc.field
-    headers = {"WWW-Authenticate": 'Bearer realm="toolspoke"'} if exc.http_status == 401 else None
-    return response.json({"error": body}, status=status or exc.http_status, headers=headers)
+        doc["field"] = exc.field
+    if "retry_after_s" in exc.data:
+        doc["retry_after_s"] = exc.data["retry_after_s"]
+    headers = {"WWW-Authenticate": 'Bearer realm="toolspoke"'} if exc.http_status == 401 else {}
+    if "retry_after_s" in exc.data:
+        headers["Retry-After"] = str(exc.data["retry_after_s"])
+    return response.json({"error": doc}, status=status or exc.http_status, headers=headers or None)
 
 
 async def admin_only(request: Request) -> HTTPResponse | None:
@@ -38,17 +47,53 @@ async def admin_only(request: Request) -> HTTPResponse | None:
     return None
 
 
-bp.on_request(admin_only)
+async def person_only(request: Request) -> HTTPResponse | None:
+    """Host and Origin checks, then a user's key (admin or not; an agent's key is refused)."""
+    try:
+        check_host(request, request.app.ctx.rt.settings)
+        check_origin(request, request.app.ctx.rt.settings)
+        principal = await authenticate(request, request.app.ctx.rt)
+        principals.require_person(principal)
+        request.ctx.principal = principal
+    except ApplianceError as exc:
+        return error_response(exc)
+    return None
 
 
-def _body(request: Request) -> dict[str, Any]:
+bp.on_request(person_only)
+
+
+def _viewer(request: Request) -> Principal:
+    """Whose view a listing shows: an admin's is the whole appliance's."""
+    principal: Principal = request.ctx.principal
+    return replace(principal, operator=True) if principal.is_admin else principal
+
+
+def body(request: Request) -> dict[str, Any]:
     try:
         doc = request.json
     except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
         raise InvalidParams("request body is not valid JSON", field="body") from None
     if not isinstance(doc, dict):
         raise InvalidParams("request body must be a JSON object", field="body")
+    _check_text(doc, "body")
     return doc
+
+
+def _check_text(value: Any, where: str) -> None:
+    """JSON may escape lone surrogates (\\ud800), which no UTF-8 store can hold: refuse them."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidParams(f"'{where}' holds text that is not valid Unicode", field=where) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key, where)
+            _check_text(item, key if where == "body" else where)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(item, where)
 
 
 def _str(doc: dict[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -64,7 +109,7 @@ def _str(doc: dict[str, Any], key: str, *, required: bool = False) -> str | None
 async def toolkits(request: Request) -> HTTPResponse:
     try:
         kits = await bridge.list_toolkits(
-            request.app.ctx.rt, request.ctx.principal, project=request.args.get("project")
+            request.app.ctx.rt, _viewer(request), project=request.args.get("project")
         )
     except ApplianceError as exc:
         return error_response(exc)
@@ -79,7 +124,7 @@ async def import_openapi(request: Request) -> HTTPResponse:
     Local file paths are refused here: the API must not read the server's files.
     """
     try:
-        doc = _body(request)
+        doc = body(request)
         slug = _str(doc, "slug", required=True)
         assert slug is not None
         spec = doc.get("spec")
@@ -104,6 +149,7 @@ async def import_openapi(request: Request) -> HTTPResponse:
             dry_run=bool(doc.get("dry_run")),
             replace=bool(doc.get("replace")),
             data=data,
+            importer=request.ctx.principal,
         )
     except UpstreamError as exc:
         # A URL the egress guard refuses is a bad request (RELIABILITY.md SSRF-01: 422),
@@ -117,9 +163,10 @@ async def import_openapi(request: Request) -> HTTPResponse:
 @bp.delete("/toolkits/<slug>")
 async def delete_toolkit(request: Request, slug: str) -> HTTPResponse:
     try:
-        removed = await imports.remove_toolkit(
-            request.app.ctx.rt, slug, project=request.args.get("project", "default")
-        )
+        project = request.args.get("project", "default")
+        async with request.app.ctx.rt.db.read() as conn:
+            await grants.find_toolkit(conn, request.ctx.principal, slug, project)  # theirs, or 404
+        removed = await imports.remove_toolkit(request.app.ctx.rt, slug, project=project)
     except ApplianceError as exc:
         return error_response(exc)
     return response.json({"deleted": slug, "tools_removed": removed})
@@ -139,7 +186,7 @@ async def search(request: Request) -> HTTPResponse:
         tools, ranking = await search_tools(
             request.app.ctx.rt,
             query,
-            principal=request.ctx.principal,
+            principal=_viewer(request),
             toolkit=request.args.get("toolkit"),
             project=request.args.get("project"),
             limit=limit,

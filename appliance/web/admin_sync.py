@@ -44,7 +44,9 @@ def _body(request: Request, *, optional: bool = False) -> dict[str, Any]:
 
 
 def _project(request: Request, doc: dict[str, Any], default: str | None = "default") -> str | None:
-    value = doc.get("project", request.args.get("project", default))
+    value = doc.get("project")
+    if value is None:  # absent or null: the query string's, else the default
+        value = request.args.get("project", default)
     if value is not None and (not isinstance(value, str) or not value):
         raise InvalidParams("'project' must be a non-empty string", field="project")
     return value

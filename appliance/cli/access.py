@@ -1,0 +1,456 @@
+"""Commands on who may see and call what: users, agents, keys, grants, projects, toolkit access.
+
+They act as the operator (whoever owns the data directory) on the database directly, like
+the other commands; the admin API offers the same operations over HTTP. (``--key`` on
+``search`` and ``call`` makes those act for a key instead: see ``cli/acting.py``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from appliance.access import grants as grant_ops
+from appliance.access import keys as key_ops
+from appliance.access import principals
+from appliance.catalogue.naming import validate_slug
+from appliance.cli.catalogue import toolkits
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.errors import Conflict, NotFound
+from appliance.models import OPERATOR
+
+
+def _do(config_file: str | None, data_dir: str | None, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    return run(settings_for(config_file, data_dir=data_dir), work)
+
+
+def _show(value: Any, as_json: bool, line: Callable[[Any], str]) -> None:
+    if as_json:
+        emit(value)
+        return
+    for item in value if isinstance(value, list) else [value]:
+        click.echo(line(item))
+
+
+async def _user_id(conn: Any, name: str) -> int:
+    row = await conn.one("SELECT id FROM users WHERE name = ?", (name,))
+    if row is None:
+        raise NotFound(f"no user named {name!r}", field="user")
+    return int(row["id"])
+
+
+def _user_line(u: dict[str, Any]) -> str:
+    return f"{u['id']:>4}  {u['name']:<24} {'admin' if u['is_admin'] else 'user'}"
+
+
+def _agent_line(a: dict[str, Any]) -> str:
+    return f"{a['id']:>4}  user {a['user_id']:<4} {a['name']:<24} preload: {', '.join(a['preload']) or '-'}"
+
+
+def _key_line(k: dict[str, Any]) -> str:
+    state = "revoked" if k["revoked_at"] else ("expires " + k["expires_at"] if k["expires_at"] else "active")
+    owner = k["user"] + (f"/{k['agent']}" if k["agent"] else "")
+    return f"{k['prefix']}  {owner:<28} {k['name'] or '-':<16} {state}"
+
+
+def _grant_line(g: dict[str, Any]) -> str:
+    what = ", ".join(g["tools"]) or "whole toolkit"
+    return f"{g['id']:>4}  agent {g['agent_id']:<4} {g['project']}/{g['toolkit']:<24} {what}" + (
+        "" if g["enabled"] else "  (disabled: opted out)"
+    )
+
+
+# -- users -----------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def users(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """Users: list them (no subcommand), add, remove, make admin."""
+    ctx.obj = (data_dir, config_file, as_json)
+    if ctx.invoked_subcommand is None:
+
+        async def work(rt: Any) -> Any:
+            async with rt.db.read() as conn:
+                return await principals.list_users(conn)
+
+        _show(_do(config_file, data_dir, work), as_json, _user_line)
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="Make the user an admin.")
+@click.pass_obj
+def users_add(obj: tuple[Any, ...], name: str, admin: bool) -> None:
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            return await principals.create_user(tx, name, is_admin=admin)
+
+    _show(_do(config_file, data_dir, work), as_json, _user_line)
+
+
+@users.command("remove")
+@click.argument("name")
+@click.pass_obj
+def users_remove(obj: tuple[Any, ...], name: str) -> None:
+    """Remove a user with their agents, keys and grants (their toolkits become the platform's)."""
+    data_dir, config_file, _ = obj
+
+    async def work(rt: Any) -> None:
+        async with rt.db.write() as tx:
+            await principals.delete_user(tx, await _user_id(tx, name))
+
+    _do(config_file, data_dir, work)
+    click.echo(f"removed user {name}", err=True)
+
+
+@users.command("admin")
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Take the admin role away instead.")
+@click.pass_obj
+def users_admin(obj: tuple[Any, ...], name: str, off: bool) -> None:
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            return await principals.update_user(tx, await _user_id(tx, name), is_admin=not off)
+
+    _show(_do(config_file, data_dir, work), as_json, _user_line)
+
+
+# -- agents ----------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def agents(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """Agents (each acts for one user): list them (no subcommand), add, remove, preload."""
+    ctx.obj = (data_dir, config_file, as_json)
+    if ctx.invoked_subcommand is None:
+
+        async def work(rt: Any) -> Any:
+            async with rt.db.read() as conn:
+                return await principals.list_agents(conn, OPERATOR)
+
+        _show(_do(config_file, data_dir, work), as_json, _agent_line)
+
+
+@agents.command("add")
+@click.argument("name")
+@click.option("--user", "user_name", required=True, help="The user the agent acts for.")
+@click.option("--preload", multiple=True, metavar="TOOL", help="A tool its sessions list directly.")
+@click.pass_obj
+def agents_add(obj: tuple[Any, ...], name: str, user_name: str, preload: tuple[str, ...]) -> None:
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            user_id = await _user_id(tx, user_name)
+            return await principals.create_agent(tx, OPERATOR, name, user_id=user_id, preload=list(preload))
+
+    _show(_do(config_file, data_dir, work), as_json, _agent_line)
+
+
+@agents.command("remove")
+@click.argument("agent_id", type=int)
+@click.pass_obj
+def agents_remove(obj: tuple[Any, ...], agent_id: int) -> None:
+    data_dir, config_file, _ = obj
+
+    async def work(rt: Any) -> None:
+        async with rt.db.write() as tx:
+            await principals.delete_agent(tx, OPERATOR, agent_id)
+
+    _do(config_file, data_dir, work)
+    click.echo(f"removed agent {agent_id} with its keys and grants", err=True)
+
+
+@agents.command("preload")
+@click.argument("agent_id", type=int)
+@click.argument("tools", nargs=-1)
+@click.pass_obj
+def agents_preload(obj: tuple[Any, ...], agent_id: int, tools: tuple[str, ...]) -> None:
+    """Set the tools an agent's sessions list directly (none: clear)."""
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            return await principals.update_agent(tx, OPERATOR, agent_id, preload=list(tools))
+
+    _show(_do(config_file, data_dir, work), as_json, _agent_line)
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """API keys, listed by prefix (no subcommand); create one (shown once) or revoke one."""
+    ctx.obj = (data_dir, config_file, as_json)
+    if ctx.invoked_subcommand is None:
+
+        async def work(rt: Any) -> Any:
+            async with rt.db.read() as conn:
+                return await key_ops.list_keys(conn)
+
+        _show(_do(config_file, data_dir, work), as_json, _key_line)
+
+
+@keys.command("create")
+@click.option("--user", "user_name", required=True, help="The user the key belongs to.")
+@click.option("--agent", "agent_id", type=int, default=None, help="Make it a key of this agent (id).")
+@click.option("--name", default="", help="A name to recognise it by.")
+@click.option("--expires", default=None, help="RFC 3339 time, e.g. 2030-01-31T00:00:00Z.")
+@click.option("--preload", multiple=True, metavar="TOOL", help="A tool this key's sessions list directly.")
+@click.pass_obj
+def keys_create(
+    obj: tuple[Any, ...],
+    user_name: str,
+    agent_id: int | None,
+    name: str,
+    expires: str | None,
+    preload: tuple[str, ...],
+) -> None:
+    """Create a key; the secret is printed once, on stdout."""
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            user_id = await _user_id(tx, user_name)
+            if agent_id is not None:
+                agent = await principals.get_agent(tx, OPERATOR, agent_id)
+                if agent["user_id"] != user_id:
+                    raise Conflict(f"agent {agent_id} does not act for {user_name}", field="agent")
+            return await key_ops.create_key(
+                tx,
+                user_id,
+                name=principals.check_name(name) if name else "",
+                agent_id=agent_id,
+                expires_at=key_ops.parse_expiry(expires, field="expires"),
+                preload=list(preload) or None,
+            )
+
+    secret, listed = _do(config_file, data_dir, work)
+    if as_json:
+        emit({**listed, "key": secret})
+        return
+    click.echo(f"key {listed['prefix']} (shown once; store it now):", err=True)
+    click.echo(secret)
+
+
+@keys.command("revoke")
+@click.argument("prefix")
+@click.pass_obj
+def keys_revoke(obj: tuple[Any, ...], prefix: str) -> None:
+    """Revoke a key by its prefix; it fails from its next request on."""
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            return await key_ops.revoke(tx, prefix)
+
+    _show(_do(config_file, data_dir, work), as_json, _key_line)
+
+
+# -- grants ----------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@click.option("--agent", "agent_id", type=int, default=None, help="Only this agent's grants.")
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def grants(
+    ctx: click.Context, agent_id: int | None, data_dir: str | None, config_file: str | None, as_json: bool
+) -> None:
+    """Grants of toolkits to agents: list (no subcommand), add, set, remove."""
+    ctx.obj = (data_dir, config_file, as_json)
+    if ctx.invoked_subcommand is None:
+
+        async def work(rt: Any) -> Any:
+            async with rt.db.read() as conn:
+                return await grant_ops.list_grants(conn, OPERATOR, agent_id=agent_id)
+
+        _show(_do(config_file, data_dir, work), as_json, _grant_line)
+
+
+@grants.command("add")
+@click.argument("agent_id", type=int)
+@click.argument("toolkit")
+@click.option("--project", default="default", show_default=True)
+@click.option("--tool", "tools", multiple=True, metavar="NAME", help="Grant only this tool (repeatable).")
+@click.option("--disabled", is_flag=True, help="Opt the agent out of a platform default instead.")
+@click.pass_obj
+def grants_add(
+    obj: tuple[Any, ...], agent_id: int, toolkit: str, project: str, tools: tuple[str, ...], disabled: bool
+) -> None:
+    data_dir, config_file, as_json = obj
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            return await grant_ops.create_grant(
+                tx, OPERATOR, agent_id, toolkit, project=project, tools=list(tools), enabled=not disabled
+            )
+
+    _show(_do(config_file, data_dir, work), as_json, _grant_line)
+
+
+@grants.command("set")
+@click.argument("grant_id", type=int)
+@click.option("--tool", "tools", multiple=True, metavar="NAME", help="Limit the grant to these tools.")
+@click.option("--all-tools", is_flag=True, help="Grant the whole toolkit again.")
+@click.option("--enable/--disable", default=None, help="Switch the grant on or off.")
+@click.pass_obj
+def grants_set(
+    obj: tuple[Any, ...], grant_id: int, tools: tuple[str, ...], all_tools: bool, enable: bool | None
+) -> None:
+    data_dir, config_file, as_json = obj
+    if tools and all_tools:
+        fail("give --tool or --all-tools, not both", 2)
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            chosen = [] if all_tools else (list(tools) or None)
+            return await grant_ops.update_grant(tx, OPERATOR, grant_id, tools=chosen, enabled=enable)
+
+    _show(_do(config_file, data_dir, work), as_json, _grant_line)
+
+
+@grants.command("remove")
+@click.argument("grant_id", type=int)
+@click.pass_obj
+def grants_remove(obj: tuple[Any, ...], grant_id: int) -> None:
+    data_dir, config_file, _ = obj
+
+    async def work(rt: Any) -> None:
+        async with rt.db.write() as tx:
+            await grant_ops.delete_grant(tx, OPERATOR, grant_id)
+
+    _do(config_file, data_dir, work)
+    click.echo(f"removed grant {grant_id}", err=True)
+
+
+# -- projects --------------------------------------------------------------------------------
+
+
+@main.group(invoke_without_command=True)
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+@click.pass_context
+def projects(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
+    """Projects: list them (no subcommand), add, remove (when empty)."""
+    ctx.obj = (data_dir, config_file, as_json)
+    if ctx.invoked_subcommand is None:
+
+        async def work(rt: Any) -> Any:
+            async with rt.db.read() as conn:
+                return [dict(r) for r in await conn.all("SELECT slug, title FROM projects ORDER BY slug")]
+
+        _show(_do(config_file, data_dir, work), as_json, lambda p: f"{p['slug']:<24} {p['title']}")
+
+
+@projects.command("add")
+@click.argument("slug")
+@click.option("--title", default=None)
+@click.pass_obj
+def projects_add(obj: tuple[Any, ...], slug: str, title: str | None) -> None:
+    data_dir, config_file, _ = obj
+    validate_slug(slug)
+
+    async def work(rt: Any) -> None:
+        async with rt.db.write() as tx:
+            if await tx.one("SELECT 1 FROM projects WHERE slug = ?", (slug,)):
+                raise Conflict(f"a project named {slug!r} already exists", field="slug")
+            await tx.run("INSERT INTO projects (slug, title) VALUES (?, ?)", (slug, title or slug))
+
+    _do(config_file, data_dir, work)
+    click.echo(f"added project {slug}", err=True)
+
+
+@projects.command("remove")
+@click.argument("slug")
+@click.pass_obj
+def projects_remove(obj: tuple[Any, ...], slug: str) -> None:
+    data_dir, config_file, _ = obj
+
+    async def work(rt: Any) -> None:
+        async with rt.db.write() as tx:
+            row = await tx.one("SELECT id FROM projects WHERE slug = ?", (slug,))
+            if row is None:
+                raise NotFound(f"no project named {slug!r}", field="slug")
+            if slug == "default" or await tx.one("SELECT 1 FROM toolkits WHERE project_id = ?", (row["id"],)):
+                raise Conflict(f"project {slug!r} is the default or still has toolkits", field="slug")
+            await tx.run("DELETE FROM projects WHERE id = ?", (row["id"],))
+
+    _do(config_file, data_dir, work)
+    click.echo(f"removed project {slug}", err=True)
+
+
+# -- toolkit access --------------------------------------------------------------------------
+
+
+@toolkits.command("access")
+@click.argument("slug")
+@JSON_OUT
+@click.option("--project", default="default", show_default=True)
+@click.option("--visibility", type=click.Choice(["private", "published"]), default=None)
+@click.option("--default/--no-default", "is_default", default=None, help="Platform default for every agent.")
+@click.option("--allow", multiple=True, metavar="TOOL", help="Only these tools are visible (repeatable).")
+@click.option("--allow-all", is_flag=True, help="Clear the allow-list: every tool is visible.")
+@click.option("--owner", default=None, help="Give the toolkit to this user.")
+@click.pass_context
+def toolkits_access(
+    ctx: click.Context,
+    slug: str,
+    project: str,
+    visibility: str | None,
+    is_default: bool | None,
+    allow: tuple[str, ...],
+    allow_all: bool,
+    owner: str | None,
+    as_json: bool,
+) -> None:
+    """Show or change a toolkit's owner, visibility, platform default and tool allow-list."""
+    data_dir, config_file = ctx.obj["data_dir"], ctx.obj["config_file"]
+    if allow and allow_all:
+        fail("give --allow or --allow-all, not both", 2)
+
+    async def work(rt: Any) -> Any:
+        async with rt.db.write() as tx:
+            kit_id = await grant_ops.find_toolkit(tx, OPERATOR, slug, project)
+            return await grant_ops.set_toolkit_access(
+                tx,
+                OPERATOR,
+                kit_id,
+                visibility=visibility,
+                default=is_default,
+                allowed_tools=[] if allow_all else (list(allow) or None),
+                owner_id=None if owner is None else await _user_id(tx, owner),
+            )
+
+    access = _do(config_file, data_dir, work)
+    if as_json:
+        emit(access)
+        return
+    owner_text = access["owner_id"] or "platform"
+    click.echo(
+        f"{access['project']}/{access['toolkit']}: {access['visibility']}, owner {owner_text}"
+        f"{', platform default' if access['default'] else ''}; "
+        f"tools: {', '.join(access['allowed_tools']) or 'all'}"
+    )

@@ -1,0 +1,372 @@
+"""``GET /api/v1/openapi.json``: the admin API described as OpenAPI 3.1.
+
+Written by hand, kept true by tests: ``tests/e2e/test_admin_openapi.py`` checks that every
+``/api/v1`` route is documented and every documented operation exists, and runs
+Schemathesis against the served document (no server error, every response as documented).
+Public: it describes the API, it grants nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sanic import Blueprint, Request, response
+from sanic.response import HTTPResponse
+
+from appliance import __version__
+
+bp = Blueprint("admin_openapi", url_prefix="/api/v1")
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
+_NAMES = {"type": "array", "items": {"type": "string"}, "maxItems": 1000}
+_NULLABLE_ID = {"type": ["integer", "null"]}
+_TIME = {"type": "string"}
+_NULLABLE_TIME = {"type": ["string", "null"]}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None, *, closed: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _op(
+    summary: str,
+    ok: dict[str, Any] | None,
+    *,
+    status: str = "200",
+    body: dict[str, Any] | None = None,
+    params: list[dict[str, Any]] | None = None,
+    public: bool = False,
+) -> dict[str, Any]:
+    responses: dict[str, Any] = {"default": {"description": "An error", "content": _json(_ERROR)}}
+    responses[status] = {"description": summary, "content": _json(ok or {"type": "object"})}
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": _json(body)}
+    if public:
+        op["security"] = []
+    return op
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+_PROJECT_Q = _query("project", {"type": "string"}, "Project slug (default: default).")
+_SLUG_P = _path("slug", {"type": "string"})
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {
+            "error": _obj(
+                {
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "field": {"type": "string"},
+                    "retry_after_s": {"type": "integer"},
+                },
+                ["reason", "message"],
+            )
+        },
+        ["error"],
+    ),
+    "User": _obj(
+        {"id": _ID, "name": {"type": "string"}, "is_admin": {"type": "boolean"}, "created_at": _TIME},
+        ["id", "name", "is_admin", "created_at"],
+    ),
+    "Agent": _obj(
+        {"id": _ID, "user_id": _ID, "name": {"type": "string"}, "preload": _NAMES, "created_at": _TIME},
+        ["id", "user_id", "name", "preload", "created_at"],
+    ),
+    "Key": _obj(
+        {
+            "prefix": {"type": "string"},
+            "name": {"type": "string"},
+            "user_id": _ID,
+            "user": {"type": "string"},
+            "agent_id": _NULLABLE_ID,
+            "agent": {"type": ["string", "null"]},
+            "created_at": _TIME,
+            "expires_at": _NULLABLE_TIME,
+            "revoked_at": _NULLABLE_TIME,
+            "preload": {"type": ["array", "null"], "items": {"type": "string"}},
+        },
+        ["prefix", "name", "user_id", "agent_id", "created_at", "expires_at", "revoked_at"],
+    ),
+    "Project": _obj(
+        {"slug": {"type": "string"}, "title": {"type": "string"}, "created_at": _TIME}, ["slug", "title"]
+    ),
+    "ToolkitAccess": _obj(
+        {
+            "toolkit": {"type": "string"},
+            "project": {"type": "string"},
+            "owner_id": _NULLABLE_ID,
+            "visibility": {"enum": ["private", "published"]},
+            "default": {"type": "boolean"},
+            "allowed_tools": _NAMES,
+        },
+        ["toolkit", "project", "owner_id", "visibility", "default", "allowed_tools"],
+    ),
+    "Grant": _obj(
+        {
+            "id": _ID,
+            "agent_id": _ID,
+            "toolkit": {"type": "string"},
+            "project": {"type": "string"},
+            "enabled": {"type": "boolean"},
+            "tools": _NAMES,
+            "created_at": _TIME,
+        },
+        ["id", "agent_id", "toolkit", "project", "enabled", "tools"],
+    ),
+    "Deleted": _obj({"deleted": {}}, ["deleted"]),
+}
+
+
+def _list(key: str, item: str) -> dict[str, Any]:
+    return _obj({key: {"type": "array", "items": _ref(item)}}, [key])
+
+
+_AGENT_BODY = _obj({"name": {"type": "string"}, "user_id": _ID, "preload": _NAMES}, closed=True)
+_GRANT_CHANGE = _obj({"tools": _NAMES, "enabled": {"type": "boolean"}}, closed=True)
+_KIND = _obj(
+    {"kind": {"enum": ["read", "write", "destructive", "auto"]}, "project": {"type": "string"}}, ["kind"]
+)
+
+PATHS: dict[str, dict[str, Any]] = {
+    "/api/v1/openapi.json": {"get": _op("This document", {"type": "object"}, public=True)},
+    "/api/v1/me": {"get": _op("The caller's user", None)},
+    "/api/v1/users": {
+        "get": _op("Every user (admin)", _list("users", "User")),
+        "post": _op(
+            "Create a user (admin)",
+            _ref("User"),
+            status="201",
+            body=_obj({"name": {"type": "string"}, "is_admin": {"type": "boolean"}}, ["name"], closed=True),
+        ),
+    },
+    "/api/v1/users/{user_id}": {
+        "parameters": [_path("user_id", {"type": "integer"})],
+        "get": _op("A user (admin, or the caller)", _ref("User")),
+        "patch": _op(
+            "Change a user's admin role (admin)",
+            _ref("User"),
+            body=_obj({"is_admin": {"type": "boolean"}}, closed=True),
+        ),
+        "delete": _op("Delete a user, their agents, keys and grants (admin)", _ref("Deleted")),
+    },
+    "/api/v1/agents": {
+        "get": _op("The caller's agents (an admin: all)", _list("agents", "Agent")),
+        "post": _op("Create an agent", _ref("Agent"), status="201", body=_AGENT_BODY),
+    },
+    "/api/v1/agents/{agent_id}": {
+        "parameters": [_path("agent_id", {"type": "integer"})],
+        "get": _op("An agent", _ref("Agent")),
+        "patch": _op(
+            "Rename an agent or change its preloaded tools",
+            _ref("Agent"),
+            body=_obj({"name": {"type": "string"}, "preload": _NAMES}, closed=True),
+        ),
+        "delete": _op("Delete an agent, its keys and grants", _ref("Deleted")),
+    },
+    "/api/v1/keys": {
+        "get": _op(
+            "Keys by prefix (never secrets)",
+            _list("keys", "Key"),
+            params=[_query("user_id", {"type": "integer"}), _query("agent_id", {"type": "integer"})],
+        ),
+        "post": _op(
+            "Create a key for the caller, a user (admin) or an agent; the secret is shown once",
+            {"allOf": [_ref("Key"), _obj({"key": {"type": "string"}}, ["key"])]},
+            status="201",
+            body=_obj(
+                {
+                    "name": {"type": "string"},
+                    "user_id": _ID,
+                    "agent_id": _ID,
+                    "expires_at": {"type": "string", "format": "date-time"},
+                    "preload": _NAMES,
+                },
+                closed=True,
+            ),
+        ),
+    },
+    "/api/v1/keys/{prefix}": {
+        "parameters": [_path("prefix", {"type": "string"})],
+        "delete": _op("Revoke a key (effective on its next request)", _ref("Key")),
+    },
+    "/api/v1/projects": {
+        "get": _op("Projects", _list("projects", "Project")),
+        "post": _op(
+            "Create a project (admin)",
+            _ref("Project"),
+            status="201",
+            body=_obj({"slug": {"type": "string"}, "title": {"type": "string"}}, ["slug"], closed=True),
+        ),
+    },
+    "/api/v1/projects/{slug}": {
+        "parameters": [_SLUG_P],
+        "delete": _op("Delete an empty project (admin)", _ref("Deleted")),
+    },
+    "/api/v1/toolkits": {
+        "get": _op("Toolkits the caller sees (an admin: all)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
+    "/api/v1/toolkits/openapi": {
+        "post": _op(
+            "Import an OpenAPI spec by URL or inline; the caller owns the toolkit (limited per hour)",
+            {"type": "object"},
+            status="201",
+            body=_obj(
+                {
+                    "slug": {"type": "string"},
+                    "source": {"type": "string"},
+                    "spec": {"type": "object"},
+                    "project": {"type": "string"},
+                    "base_url": {"type": "string"},
+                    "dry_run": {"type": "boolean"},
+                    "replace": {"type": "boolean"},
+                },
+                ["slug"],
+            ),
+        ),
+    },
+    "/api/v1/toolkits/{slug}": {
+        "parameters": [_SLUG_P],
+        "delete": _op(
+            "Remove a toolkit the caller owns (an admin: any)", {"type": "object"}, params=[_PROJECT_Q]
+        ),
+    },
+    "/api/v1/toolkits/{slug}/access": {
+        "parameters": [_SLUG_P],
+        "get": _op(
+            "A toolkit's owner, visibility, default and allow-list",
+            _ref("ToolkitAccess"),
+            params=[_PROJECT_Q],
+        ),
+        "patch": _op(
+            "Change them (default and owner: admin)",
+            _ref("ToolkitAccess"),
+            body=_obj(
+                {
+                    "project": {"type": "string"},
+                    "visibility": {"enum": ["private", "published"]},
+                    "default": {"type": "boolean"},
+                    "allowed_tools": _NAMES,
+                    "owner_id": _ID,
+                },
+                closed=True,
+            ),
+        ),
+    },
+    "/api/v1/toolkits/{slug}/sync": {
+        "parameters": [_SLUG_P],
+        "post": _op("Re-sync an MCP toolkit's tools now (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
+    "/api/v1/toolkits/{slug}/pending": {
+        "parameters": [_SLUG_P],
+        "get": _op("Tools awaiting approval (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
+    "/api/v1/toolkits/{slug}/approve": {
+        "parameters": [_SLUG_P],
+        "post": _op(
+            "Approve pending tools (admin)",
+            {"type": "object"},
+            body=_obj({"tools": _NAMES, "all": {"type": "boolean"}, "project": {"type": "string"}}),
+        ),
+    },
+    "/api/v1/toolkits/{slug}/probe": {
+        "parameters": [_SLUG_P],
+        "post": _op("Probe a toolkit's upstream now (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
+    "/api/v1/health/toolkits": {
+        "get": _op("Every toolkit's health (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
+    "/api/v1/tools/{name}/kind": {
+        "parameters": [_path("name", {"type": "string"})],
+        "post": _op("Reclassify a tool (admin)", {"type": "object"}, body=_KIND),
+    },
+    "/api/v1/search": {
+        "get": _op(
+            "Search tools the caller sees (an admin: all)",
+            {"type": "object"},
+            params=[
+                {"name": "q", "in": "query", "required": True, "schema": {"type": "string"}},
+                _query("toolkit", {"type": "string"}),
+                _PROJECT_Q,
+                _query("limit", {"type": "integer"}),
+            ],
+        ),
+    },
+    "/api/v1/grants": {
+        "get": _op(
+            "Grants of the caller's agents (an admin: all)",
+            _list("grants", "Grant"),
+            params=[_query("agent_id", {"type": "integer"})],
+        ),
+        "post": _op(
+            "Grant an agent a toolkit, or some of its tools; enabled=false opts out of a default",
+            _ref("Grant"),
+            status="201",
+            body=_obj(
+                {
+                    "agent_id": _ID,
+                    "toolkit": {"type": "string"},
+                    "project": {"type": "string"},
+                    "tools": _NAMES,
+                    "enabled": {"type": "boolean"},
+                },
+                ["agent_id", "toolkit"],
+                closed=True,
+            ),
+        ),
+    },
+    "/api/v1/grants/{grant_id}": {
+        "parameters": [_path("grant_id", {"type": "integer"})],
+        "get": _op("A grant", _ref("Grant")),
+        "patch": _op("Change a grant's tools or switch it off", _ref("Grant"), body=_GRANT_CHANGE),
+        "delete": _op("Delete a grant (effective on the agent's next request)", _ref("Deleted")),
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "toolspoke admin API",
+            "version": __version__,
+            "description": "Users, agents, keys, projects, toolkits and grants. Every operation "
+            "needs `Authorization: Bearer <a user's key>` unless marked public; errors share one shape.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": SCHEMAS,
+        },
+        "paths": PATHS,
+    }
+
+
+@bp.get("/openapi.json")
+async def openapi(request: Request) -> HTTPResponse:
+    return response.json(document())
