@@ -10,16 +10,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import yaml
+from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
 from tests.support.clients import connect
-from tests.support.servers import FIXTURES, Appliance, PetstoreUpstream, cli, running_appliance
+from tests.support.servers import FIXTURES, REPO, Appliance, PetstoreUpstream, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 SPEC: dict[str, Any] = yaml.safe_load((FIXTURES / "oai-v3.0-petstore.yaml").read_text())
@@ -309,3 +312,25 @@ def test_the_cli_acts_for_a_key_and_manages_users_agents_keys_and_grants(world: 
     assert prefix in cli(data, "keys").stdout
     assert cli(data, "keys", "revoke", prefix).returncode == 0
     assert cli(data, "search", "pets", "--key", carol_key).returncode == 1
+
+
+def test_the_legacy_sse_face_and_the_stdio_face_show_an_agent_only_its_grants(world: World) -> None:
+    async def over_sse() -> set[str]:
+        headers = {"Authorization": f"Bearer {world.keys['b1']}"}
+        async with Client(
+            sse_client(world.app.base_url + "/sse", headers=headers), read_timeout_seconds=30
+        ) as b1:
+            return await _search(b1)
+
+    async def over_stdio() -> set[str]:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "appliance", "stdio"],
+            cwd=str(REPO),
+            env={"TOOLSPOKE_DATA_DIR": str(world.app.data_dir), "TOOLSPOKE_API_KEY": world.keys["b1"]},
+        )
+        async with Client(params, read_timeout_seconds=30) as b1:
+            return await _search(b1)
+
+    assert run(over_sse()) == {"bobpets__listPets"}
+    assert asyncio.run(asyncio.wait_for(over_stdio(), timeout=90)) == {"bobpets__listPets"}
