@@ -279,16 +279,18 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/api/v1/toolkits/{slug}/sync": {
         "parameters": [_SLUG_P],
-        "post": _op("Re-sync an MCP toolkit's tools now (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+        "post": _op(
+            "Re-sync an MCP toolkit's tools now (owner or admin)", {"type": "object"}, params=[_PROJECT_Q]
+        ),
     },
     "/api/v1/toolkits/{slug}/pending": {
         "parameters": [_SLUG_P],
-        "get": _op("Tools awaiting approval (admin)", {"type": "object"}, params=[_PROJECT_Q]),
+        "get": _op("Tools awaiting approval (owner or admin)", {"type": "object"}, params=[_PROJECT_Q]),
     },
     "/api/v1/toolkits/{slug}/approve": {
         "parameters": [_SLUG_P],
         "post": _op(
-            "Approve pending tools (admin)",
+            "Approve pending tools (owner or admin)",
             {"type": "object"},
             body=_obj({"tools": _NAMES, "all": {"type": "boolean"}, "project": {"type": "string"}}),
         ),

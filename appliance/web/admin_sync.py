@@ -1,7 +1,7 @@
 """Admin API for re-sync, approval and reclassification, and the re-sync scheduler's lifecycle.
 
-Routes (admin key, as everywhere under ``/api/v1``; ``project`` from the query string or
-the body, default ``default``):
+Routes (a user's key: the toolkit's owner or an admin; reclassifying: an admin;
+``project`` from the query string or the body, default ``default``):
 
 - ``POST /api/v1/toolkits/<slug>/sync``: list the upstream's tools now and apply the plan
 - ``GET  /api/v1/toolkits/<slug>/pending``: tools awaiting approval, full definitions
@@ -20,15 +20,24 @@ from typing import Any
 from sanic import Blueprint, Request, Sanic, response
 from sanic.response import HTTPResponse
 
+from appliance.access import grants, principals
 from appliance.errors import ApplianceError, InvalidParams, UpstreamError
 from appliance.gateway import sync
 from appliance.gateway.sync_schedule import ResyncScheduler
-from appliance.web.admin import admin_only, error_response
+from appliance.web.admin import error_response, person_only
 
 bp = Blueprint("admin_sync", url_prefix="/api/v1")
 
 
-bp.on_request(admin_only)
+# A toolkit's owner may re-sync it and approve its pending tools; reclassifying stays with
+# admins (a kind decides which runner, and so which approval prompt, a tool gets).
+bp.on_request(person_only)
+
+
+async def _managed(request: Request, slug: str, project: str) -> None:
+    """The caller owns the toolkit or is an admin; anything else is a toolkit that does not exist."""
+    async with request.app.ctx.rt.db.read() as conn:
+        await grants.find_toolkit(conn, request.ctx.principal, slug, project)
 
 
 def _body(request: Request, *, optional: bool = False) -> dict[str, Any]:
@@ -58,6 +67,7 @@ async def sync_toolkit(request: Request, slug: str) -> HTTPResponse:
         doc = _body(request, optional=True)
         project = _project(request, doc)
         assert project is not None
+        await _managed(request, slug, project)
         report = await sync.resync_toolkit(request.app.ctx.rt, slug, project=project)
     except ApplianceError as exc:
         # An upstream that cannot be listed is the upstream's failure: 502 with its reason.
@@ -70,6 +80,7 @@ async def pending(request: Request, slug: str) -> HTTPResponse:
     try:
         project = _project(request, {})
         assert project is not None
+        await _managed(request, slug, project)
         tools = await sync.list_pending(request.app.ctx.rt, slug, project)
     except ApplianceError as exc:
         return error_response(exc)
@@ -82,6 +93,7 @@ async def approve(request: Request, slug: str) -> HTTPResponse:
         doc = _body(request)
         project = _project(request, doc)
         assert project is not None
+        await _managed(request, slug, project)
         every, names = doc.get("all"), doc.get("tools")
         if every is not None and not isinstance(every, bool):
             raise InvalidParams("'all' must be true or false", field="all")
@@ -103,6 +115,7 @@ async def approve(request: Request, slug: str) -> HTTPResponse:
 @bp.post("/tools/<name>/kind")
 async def reclassify(request: Request, name: str) -> HTTPResponse:
     try:
+        principals.require_admin(request.ctx.principal)
         doc = _body(request)
         if "kind" not in doc:
             raise InvalidParams("'kind' is required: read, write, destructive or auto", field="kind")

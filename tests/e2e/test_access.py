@@ -272,6 +272,10 @@ def test_agent_keys_cannot_use_the_admin_api_and_users_see_only_their_own(world:
         assert r.status_code == 403 and r.json()["error"]["field"] == "default"
         r = bob.post("/api/v1/agents", json={"name": "x", "colour": "red"})
         assert r.status_code == 422 and r.json()["error"]["field"] == "colour"
+        # an owner reviews their own toolkit's pending tools; another user's reads as absent
+        assert ok(bob.get("/api/v1/toolkits/bobpets/pending"))["pending"] == []
+        assert bob.get("/api/v1/toolkits/pets/pending").status_code == 404
+        assert bob.post("/api/v1/tools/bobpets__listPets/kind", json={"kind": "write"}).status_code == 403
 
 
 def test_the_hourly_import_limit_refuses_with_the_seconds_to_wait(world: World) -> None:
