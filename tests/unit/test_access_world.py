@@ -181,6 +181,24 @@ async def _check_principal(
         assert own == {
             n.split("__", 1)[1] for p, n in expected if p == kit.project and n.startswith(kit.slug + "__")
         }
+        # calling on the endpoint by its own name: runs what it lists, the rest like a ghost
+        for i in range(len(kit.active)):
+            action = f"t{i}"
+            try:
+                ran = await direct.call(rt, who, served, action, {})
+            except Unauthorized:
+                assert who.anonymous, label
+                continue
+            except ToolNotFound as exc:
+                assert action not in own, (label, kit.slug, action)
+                try:
+                    await direct.call(rt, who, served, "ghost", {})
+                except ToolNotFound as ghost:
+                    assert exc.public_message.replace(action, "X") == ghost.public_message.replace(
+                        "ghost", "X"
+                    )
+                continue
+            assert action in own and ran.meta["reason"] == "no_upstream", (label, kit.slug, action)
 
     # preloading: listed beside the bridge, never beyond the scope
     if not who.anonymous:
