@@ -8,6 +8,7 @@ exactly like an unknown id).
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from collections import OrderedDict
@@ -25,6 +26,17 @@ class Session:
     scope: str = ""  # "" for the bridge, "<project>.<slug>" for /mcp/<slug>
     initialized: bool = False
     last_seen: float = field(default_factory=time.monotonic)
+    # The minimum level of relayed notifications/message (logging/setLevel); None: all.
+    log_level: str | None = None
+    # Requests still running, by JSON-RPC id, so that notifications/cancelled can stop one.
+    in_flight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
+
+    def cancel(self, request_id: Any) -> None:
+        """Stop the request ``request_id`` if it still runs (unknown ids are ignored)."""
+        if type(request_id) in (str, int):  # only a valid id names a request
+            task = self.in_flight.get(request_id)
+            if task is not None:
+                task.cancel()
 
 
 class SessionStore:

@@ -100,6 +100,15 @@ class _ProgressStream:
                 )
             await self._resp.send(_event(message))
 
+    async def abandon(self) -> bool:
+        """End an open stream without a response; False when none was opened."""
+        async with self._lock:
+            self._done = True
+            if self._resp is None:
+                return False
+            await self._resp.eof()
+            return True
+
     async def finish(self, payload: dict[str, Any], status: int = 200) -> HTTPResponse | None:
         """The handler's return value: a plain reply if nothing was streamed, else None."""
         async with self._lock:
@@ -123,18 +132,56 @@ def _progress_stream(
 
 
 async def _answer(
-    request: Request, ctx: mcp.CallContext, msg: jsonrpc.Message, headers: dict[str, str], modern_era: bool
+    request: Request,
+    ctx: mcp.CallContext,
+    msg: jsonrpc.Message,
+    headers: dict[str, str],
+    modern_era: bool,
+    in_flight: dict[Any, asyncio.Task[Any]] | None = None,
 ) -> HTTPResponse | None:
+    """Run one request; ``in_flight`` (a legacy session's) lets notifications/cancelled stop it.
+
+    2026-07-28 has no cancel notification on HTTP: the client closes the connection, and
+    Sanic cancels this handler, which cancels the work it awaits, down to the upstream.
+    """
     stream = _progress_stream(request, msg, headers)
     if stream is not None:
         ctx.notify = stream.notify
-    reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
+    work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
+    tracked = in_flight is not None and type(msg.id) in (str, int) and msg.id not in in_flight
+    if in_flight is not None and tracked:
+        in_flight[msg.id] = work
+    try:
+        reply = await work
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the client went away: nothing to answer
+        return await _unanswered(request, stream, headers)
+    finally:
+        if in_flight is not None and tracked and in_flight.get(msg.id) is work:
+            del in_flight[msg.id]
     status = 200
     if modern_era and "error" in reply:
         status = _MODERN_STATUS.get(reply["error"]["code"], 200)
     if stream is not None:
         return await stream.finish(reply, status)
     return _reply(request, reply, headers, status)
+
+
+async def _unanswered(
+    request: Request, stream: _ProgressStream | None, headers: dict[str, str]
+) -> HTTPResponse | None:
+    """A request the client cancelled gets no JSON-RPC response (cancellation: "SHOULD NOT
+    send a response"); its POST still needs an HTTP answer, so an event stream that ends
+    without one (or, to a client that takes no SSE, an empty 202)."""
+    if stream is not None and await stream.abandon():
+        return None
+    if "text/event-stream" in request.headers.get("accept", ""):
+        return response.raw(
+            b"", headers={**headers, "Cache-Control": "no-store"}, content_type="text/event-stream"
+        )
+    return response.empty(status=202, headers=headers)
 
 
 # 2026-07-28: the HTTP status follows the JSON-RPC error code, so that intermediaries and
@@ -295,9 +342,11 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
     if msg.kind != "request":
         if msg.method == "notifications/initialized":
             session.initialized = True
+        elif msg.method == "notifications/cancelled":
+            session.cancel(msg.params.get("requestId"))
         return response.empty(status=202)
     ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit)
-    return await _answer(request, ctx, msg, headers, modern_era=False)
+    return await _answer(request, ctx, msg, headers, modern_era=False, in_flight=session.in_flight)
 
 
 @bp.get("/mcp")

@@ -113,8 +113,14 @@ class Stream:
             reply = jsonrpc.error(msg.id, exc)
         else:
             ctx = mcp.CallContext(principal, self.protocol_version or mcp.LATEST, toolkit=kit)
+            ctx.notify = self.notify  # relayed progress and logs go ahead of the reply
             reply = await mcp.respond(rt, ctx, msg)
         await self.outbox.put(_event(reply, msg))
+
+    async def notify(self, message: dict[str, Any]) -> None:
+        data = jsonrpc.encode(message)
+        if len(data) <= MAX_EVENT_BYTES:  # an oversized notification would drop the stream
+            await self.outbox.put(b"event: message\ndata: " + data + b"\n\n")
 
     def close(self) -> None:
         self.closing = True

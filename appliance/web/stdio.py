@@ -80,7 +80,7 @@ class StdioFace:
             principal = await self.principal()
             if modern.is_modern(msg, None, mcp.SUPPORTED_VERSIONS):
                 envelope = modern.check_envelope(msg, None, mcp.ALL_VERSIONS)
-                ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True)
+                ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, notify=self.write)
                 return await mcp.respond(self.rt, ctx, msg)
             if msg.method == "initialize":
                 reply = await mcp.respond(self.rt, mcp.CallContext(principal, mcp.LATEST), msg)
@@ -89,7 +89,7 @@ class StdioFace:
                 return reply
             if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
                 raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
-            ctx = mcp.CallContext(principal, self.legacy_version or mcp.LATEST)
+            ctx = mcp.CallContext(principal, self.legacy_version or mcp.LATEST, notify=self.write)
             return await mcp.respond(self.rt, ctx, msg)
         except ApplianceError as exc:
             return jsonrpc.error(msg.id, exc)

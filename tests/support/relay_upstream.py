@@ -1,0 +1,84 @@
+"""The shared test upstream plus tools that report what the gateway relayed to it (test-only).
+
+``../shared/peers/upstream_server.py`` cannot tell a test whether a call was cancelled: its
+``slow`` tool just stops. This wraps it (same transports and flags) and adds:
+
+- ``hold(seconds)``: reports progress 0 at once (so a caller knows it runs), then waits; when
+  the call is cancelled it records that before unwinding.
+- ``cancellations(at_least, wait_s)``: how many ``hold`` calls were cancelled, answered as soon
+  as there are ``at_least`` or after ``wait_s`` (a bounded wait on the server side, so tests
+  need no sleeps).
+- ``chatty()``: one log message at each of debug, info, warning and error.
+- ``regional(region, query)``: ``region`` carries ``x-mcp-header: Region`` (SEP-2243); the
+  result is the ``Mcp-Param-Region`` header this server received (null without one).
+
+    python tests/support/relay_upstream.py --transport streamable-http --port 8765
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared" / "peers"))
+
+import upstream_server  # the shared peer, found through the path above
+from mcp.server.mcpserver import Context
+from mcp.types import ToolAnnotations
+
+READ = ToolAnnotations(read_only_hint=True)
+server: Any = upstream_server.server
+cancelled: list[str] = []
+changed = asyncio.Condition()
+
+
+@server.tool(annotations=READ)
+async def hold(ctx: Context, seconds: float = 30.0) -> str:
+    """Report progress 0, then wait `seconds`; a cancellation is recorded."""
+    await ctx.report_progress(0, 1, "holding")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        async with changed:
+            cancelled.append(ctx.request_id)
+            changed.notify_all()
+        raise
+    return f"held {seconds}s"
+
+
+@server.tool(annotations=READ)
+async def cancellations(at_least: int = 1, wait_s: float = 10.0) -> dict[str, int]:
+    """How many hold calls were cancelled; waits up to wait_s for at_least of them."""
+    async with changed:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait_for(lambda: len(cancelled) >= at_least), wait_s)
+        return {"count": len(cancelled)}
+
+
+@server.tool(annotations=READ)
+async def chatty(ctx: Context) -> str:
+    """Log one message at each of debug, info, warning and error."""
+    for level in ("debug", "info", "warning", "error"):
+        await ctx.log(level, f"{level} message", logger_name="chatty")
+    return "logged"
+
+
+@server.tool(annotations=READ)
+def regional(
+    ctx: Context,
+    region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})],
+    query: str = "",
+) -> dict[str, Any]:
+    """Return the Mcp-Param-Region header this server received with the call."""
+    headers = ctx.headers or {}
+    seen = next((v for k, v in headers.items() if k.lower() == "mcp-param-region"), None)
+    return {"header": seen, "region": region}
+
+
+if __name__ == "__main__":
+    upstream_server.main()
