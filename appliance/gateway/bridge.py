@@ -19,7 +19,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search_tools
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
-from appliance.upstream.mcp_session import ProgressCallback
+from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 
 _PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
 _RUN_SCHEMA = {
@@ -182,6 +182,7 @@ async def call_bridge(
     args: dict[str, Any],
     *,
     on_progress: ProgressCallback | None = None,
+    on_log: LogRelay | None = None,
 ) -> CallResult:
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
@@ -215,6 +216,7 @@ async def call_bridge(
             project=args.get("project"),
             runner=name,
             on_progress=on_progress,
+            on_log=on_log,
         )
     except (InvalidParams, UpstreamError) as exc:
         return _error_result(exc)

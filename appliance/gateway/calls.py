@@ -17,7 +17,7 @@ from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
-from appliance.upstream.mcp_session import ProgressCallback
+from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
@@ -78,15 +78,16 @@ async def call_tool(
     project: str | None = None,
     runner: str | None = None,
     on_progress: ProgressCallback | None = None,
+    on_log: LogRelay | None = None,
 ) -> CallResult:
-    """``on_progress`` receives an MCP upstream's ``notifications/progress`` params."""
+    """``on_progress`` and ``on_log`` receive an MCP upstream's progress and log messages."""
     tool = await resolve_tool(rt, principal, name, project=project)
     if runner is not None:
         check_runner(tool, runner)
     validate_arguments(tool.input_schema, arguments)
     started = time.perf_counter()
     try:
-        result = await _dispatch(rt, tool, arguments, on_progress)
+        result = await _dispatch(rt, tool, arguments, on_progress, on_log)
     except UpstreamError as exc:
         result = CallResult(
             content=[{"type": "text", "text": exc.public_message}],
@@ -104,10 +105,14 @@ async def call_tool(
 
 
 async def _dispatch(
-    rt: Runtime, tool: Tool, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+    rt: Runtime,
+    tool: Tool,
+    arguments: dict[str, Any],
+    on_progress: ProgressCallback | None = None,
+    on_log: LogRelay | None = None,
 ) -> CallResult:
     if tool.source_kind == "mcp":
-        return await _call_mcp(rt, tool, arguments, on_progress)
+        return await _call_mcp(rt, tool, arguments, on_progress, on_log)
     if tool.source_kind == "catalog" or tool.binding is None:
         raise UpstreamError(
             f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "
@@ -137,7 +142,11 @@ def pool_key(tool_or_project: Tool | str, slug: str | None = None) -> str:
 
 
 async def _call_mcp(
-    rt: Runtime, tool: Tool, arguments: dict[str, Any], on_progress: ProgressCallback | None = None
+    rt: Runtime,
+    tool: Tool,
+    arguments: dict[str, Any],
+    on_progress: ProgressCallback | None = None,
+    on_log: LogRelay | None = None,
 ) -> CallResult:
     async with rt.db.read() as conn:
         connection = await store.toolkit_connection(conn, tool.toolkit_id)
@@ -153,6 +162,7 @@ async def _call_mcp(
             arguments,
             timeout_s=rt.settings.upstream_timeout_s,
             on_progress=on_progress,
+            on_log=on_log,
         )
     return mcp_result(raw)
 

@@ -18,7 +18,7 @@ from appliance.errors import InvalidParams, NotFound, Unauthorized
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
-from appliance.upstream.mcp_session import ProgressCallback
+from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 
 
 def own_name(tool: Tool) -> str:
@@ -94,10 +94,13 @@ async def call(
     arguments: dict[str, Any],
     *,
     on_progress: ProgressCallback | None = None,
+    on_log: LogRelay | None = None,
 ) -> CallResult:
     if principal.anonymous:
         raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
     tool = next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
     if tool is None:
         raise unknown_tool(name)
-    return await call_tool(rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress)
+    return await call_tool(
+        rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress, on_log=on_log
+    )

@@ -21,7 +21,7 @@ from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, modern
-from appliance.upstream.mcp_session import ProgressCallback
+from appliance.upstream.mcp_session import LOG_LEVELS, LogRelay, ProgressCallback, log_rank
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ SERVER_INFO = {"name": "toolspoke", "title": "toolspoke tool gateway", "version"
 # modern clients from re-listing on every turn. "private": the list will depend on the
 # caller's grants, so shared caches must not serve it across credentials.
 TOOLS_LIST_TTL_MS = 60_000
+# logging: upstream notifications/message are relayed during a tools/call.
+CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
 DEFAULT_VERSION = "2025-03-26"  # what the transport spec says to assume without a header
 META_PREFIX = "toolspoke/"
 
@@ -52,6 +54,11 @@ class CallContext:
     toolkit: Toolkit | None = None  # set on /mcp/<slug>: that toolkit's tools, no bridge
     # Sends a JSON-RPC notification to the caller ahead of the response (None: cannot).
     notify: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    # The least severe upstream log message relayed (None: none). 2026-07-28: the request's
+    # _meta logLevel; legacy: the session's logging/setLevel, everything until one is set.
+    log_level: str | None = None
+    # Keeps a legacy session's logging/setLevel (None: the face has no session to keep it).
+    set_log_level: Callable[[str], None] | None = None
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
@@ -70,7 +77,7 @@ def initialize_result(params: dict[str, Any], kit: Toolkit | None = None) -> dic
     info, instructions = _identity(kit)
     return {
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": CAPABILITIES,
         "serverInfo": info,
         "instructions": instructions,
     }
@@ -81,7 +88,7 @@ def discover_result(kit: Toolkit | None = None) -> dict[str, Any]:
     _, instructions = _identity(kit)
     return {
         "supportedVersions": list(ALL_VERSIONS),
-        "capabilities": {"tools": {"listChanged": False}},
+        "capabilities": CAPABILITIES,
         "instructions": instructions,
         "ttlMs": 3_600_000,
         "cacheScope": "public",
@@ -129,6 +136,30 @@ def _progress_relay(ctx: CallContext, params: dict[str, Any]) -> ProgressCallbac
     return relay
 
 
+def _log_relay(ctx: CallContext) -> LogRelay | None:
+    """Upstream log messages for this call, re-sent to the caller at or above its level."""
+    notify, level = ctx.notify, ctx.log_level
+    if notify is None or level is None:
+        return None
+
+    async def deliver(upstream: dict[str, Any]) -> None:
+        out: dict[str, Any] = {"level": upstream["level"], "data": upstream.get("data")}
+        if isinstance(upstream.get("logger"), str):
+            out["logger"] = upstream["logger"]
+        await notify({"jsonrpc": "2.0", "method": "notifications/message", "params": out})
+
+    return LogRelay(level, deliver)
+
+
+def _set_level(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    level = params.get("level")
+    if log_rank(level) < 0:
+        raise InvalidParams(f"'level' must be one of {', '.join(LOG_LEVELS)}", field="level")
+    if ctx.set_log_level is not None:
+        ctx.set_log_level(str(level))
+    return {}
+
+
 async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     name = params.get("name")
     if not isinstance(name, str) or not name:
@@ -138,16 +169,14 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidParams("'arguments' must be an object", field="arguments")
-    on_progress = _progress_relay(ctx, params)
+    relays: dict[str, Any] = {"on_progress": _progress_relay(ctx, params), "on_log": _log_relay(ctx)}
     try:
         if ctx.toolkit is not None:
-            result = await direct.call(
-                rt, ctx.principal, ctx.toolkit, name, arguments, on_progress=on_progress
-            )
+            result = await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments, **relays)
         elif name in bridge.BRIDGE_NAMES:
-            result = await bridge.call_bridge(rt, ctx.principal, name, arguments, on_progress=on_progress)
+            result = await bridge.call_bridge(rt, ctx.principal, name, arguments, **relays)
         else:
-            result = await call_tool(rt, ctx.principal, name, arguments, on_progress=on_progress)
+            result = await call_tool(rt, ctx.principal, name, arguments, **relays)
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.
@@ -186,6 +215,8 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
         return {}
     elif method == "initialize":
         return initialize_result(params, ctx.toolkit)
+    elif method == "logging/setLevel":  # 2026-07-28 replaced it with the per-request level
+        return _set_level(ctx, params)
     raise MethodNotFound(f"method not found: {method}", field="method", data={"method": method})
 
 

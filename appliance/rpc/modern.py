@@ -21,6 +21,7 @@ from typing import Any
 
 from appliance.errors import HeaderMismatch, InvalidParams, UnsupportedProtocolVersion
 from appliance.rpc.jsonrpc import Message
+from appliance.upstream.mcp_session import LOG_LEVEL_KEY, LOG_LEVELS
 
 MODERN_VERSION = "2026-07-28"
 MODERN_VERSIONS = (MODERN_VERSION,)
@@ -39,6 +40,7 @@ class Envelope:
     protocol_version: str
     client_info: dict[str, Any]
     client_capabilities: dict[str, Any]
+    log_level: str | None = None  # the request's opt-in to notifications/message (None: none)
 
 
 def is_modern(msg: Message, version_header: str | None, legacy_versions: tuple[str, ...]) -> bool:
@@ -101,10 +103,16 @@ def check_envelope(
         )
     info = meta.get(CLIENT_INFO_KEY)
     capabilities = meta.get(CLIENT_CAPABILITIES_KEY)
+    level = meta.get(LOG_LEVEL_KEY)
+    if level is not None and level not in LOG_LEVELS:
+        raise InvalidParams(
+            f"{LOG_LEVEL_KEY!r} in params._meta must be one of {', '.join(LOG_LEVELS)}", field="_meta"
+        )
     return Envelope(
         version,
         info if isinstance(info, dict) else {},
         capabilities if isinstance(capabilities, dict) else {},
+        level,
     )
 
 

@@ -26,10 +26,13 @@ class Session:
     scope: str = ""  # "" for the bridge, "<project>.<slug>" for /mcp/<slug>
     initialized: bool = False
     last_seen: float = field(default_factory=time.monotonic)
-    # The minimum level of relayed notifications/message (logging/setLevel); None: all.
-    log_level: str | None = None
+    # The least severe relayed notifications/message: "debug" (all) until logging/setLevel.
+    log_level: str = "debug"
     # Requests still running, by JSON-RPC id, so that notifications/cancelled can stop one.
     in_flight: dict[Any, asyncio.Task[Any]] = field(default_factory=dict)
+
+    def set_log_level(self, level: str) -> None:
+        self.log_level = level
 
     def cancel(self, request_id: Any) -> None:
         """Stop the request ``request_id`` if it still runs (unknown ids are ignored)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.upstream.mcp_http import connect_http, connect_sse
-from appliance.upstream.mcp_session import McpSession, ProgressCallback
+from appliance.upstream.mcp_session import LogRelay, McpSession, ProgressCallback
 from appliance.upstream.mcp_stdio import StdioTransport
 from appliance.upstream.processes import ProcessRegistry, StdioProcess, StdioSpec
 from appliance.upstream.transport import Egress
@@ -142,10 +142,13 @@ class McpPool:
         *,
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
+        on_log: LogRelay | None = None,
     ) -> dict[str, Any]:
         session = await self.session(key, connection, timeout_s=timeout_s)
         try:
-            return await session.call_tool(name, arguments, timeout_s=timeout_s, on_progress=on_progress)
+            return await session.call_tool(
+                name, arguments, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log
+            )
         except UpstreamError as exc:
             if exc.reason in ("upstream_unavailable", "upstream_invalid"):
                 await self.discard(key)

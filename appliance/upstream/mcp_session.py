@@ -25,7 +25,7 @@ import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
 from appliance.errors import UpstreamError
@@ -35,6 +35,24 @@ log = logging.getLogger(__name__)
 RequestId: TypeAlias = int | str
 ProgressCallback: TypeAlias = Callable[[dict[str, Any]], Awaitable[None] | None]
 ChangeCallback: TypeAlias = Callable[[], Awaitable[None] | None]
+# RFC 5424 severities, least severe first (logging.mdx "Log Levels").
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
+
+
+def log_rank(level: Any) -> int:
+    """A level's severity (-1: not a level)."""
+    return LOG_LEVELS.index(level) if isinstance(level, str) and level in LOG_LEVELS else -1
+
+
+@dataclass(frozen=True)
+class LogRelay:
+    """Where an upstream's ``notifications/message`` for one call go, and the least severe
+    level wanted (a 2026-07-28 upstream is asked for exactly that level in ``_meta``)."""
+
+    level: str
+    deliver: Callable[[dict[str, Any]], Awaitable[None] | None]
+
 
 MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
@@ -96,6 +114,10 @@ class _Pending:
     future: asyncio.Future[dict[str, Any]]
     progress_token: str | None = None
     on_progress: ProgressCallback | None = None
+    on_log: LogRelay | None = None
+    # Relays of this request's notifications still being sent to our caller: the answer
+    # waits for them, so that the caller gets them ahead of the result, in order.
+    relays: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def _invalid(text: str) -> UpstreamError:
@@ -226,10 +248,13 @@ class McpSession:
         *,
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
+        on_log: LogRelay | None = None,
     ) -> dict[str, Any]:
         """The raw CallToolResult (``isError`` results are returned, not raised)."""
         params = {"name": name, "arguments": dict(arguments or {})}
-        return await self.request("tools/call", params, timeout_s=timeout_s, on_progress=on_progress)
+        return await self.request(
+            "tools/call", params, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log
+        )
 
     async def ping(self, *, timeout_s: float = 10) -> None:
         """A liveness check: ``ping`` (2025 era) or ``server/discover`` (2026-07-28 has no ping)."""
@@ -261,13 +286,14 @@ class McpSession:
         *,
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
+        on_log: LogRelay | None = None,
     ) -> dict[str, Any]:
         """Send one request and wait for its validated result (one retry on session expiry)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         generation = self._generation
         try:
-            return await self._request_once(method, params, deadline, on_progress)
+            return await self._request_once(method, params, deadline, on_progress, on_log)
         except SessionExpired:
             if self._modern is not False or method == "initialize":
                 raise
@@ -277,7 +303,7 @@ class McpSession:
             if self._generation == generation:
                 await self._initialize(max(0.001, deadline - loop.time()))
         try:
-            return await self._request_once(method, params, deadline, on_progress)
+            return await self._request_once(method, params, deadline, on_progress, on_log)
         except SessionExpired as exc:
             raise UpstreamError(
                 "the upstream session expired again right after re-initialising",
@@ -291,6 +317,7 @@ class McpSession:
         params: dict[str, Any] | None,
         deadline: float,
         on_progress: ProgressCallback | None,
+        on_log: LogRelay | None = None,
     ) -> dict[str, Any]:
         if self._closed is not None:
             raise UpstreamError(self._closed.public_message, reason=self._closed.reason)
@@ -305,6 +332,10 @@ class McpSession:
             pending.progress_token = f"p{request_id}"
             pending.on_progress = on_progress
             meta["progressToken"] = pending.progress_token
+        if on_log is not None:
+            pending.on_log = on_log
+            if self._modern:  # 2026-07-28: no level in _meta, no log messages at all
+                meta[LOG_LEVEL_KEY] = on_log.level
         if meta:
             body["_meta"] = meta
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
@@ -320,7 +351,10 @@ class McpSession:
                     # The answer came before the stream broke: it stands.
                 if self.transport.inline_answers and not pending.future.done():
                     raise _invalid(f"the answer to {method} ended without a response")
-                return await pending.future
+                result = await pending.future
+                if pending.relays:
+                    await asyncio.wait(pending.relays)
+                return result
         except TimeoutError as exc:
             self._abandon(request_id, "deadline passed")
             raise UpstreamError(
@@ -370,10 +404,11 @@ class McpSession:
     def _scoped(self) -> bool:
         return bool(self._modern and self.transport.request_scoped)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- eras ----------------------------------------------------------------------------
 
@@ -534,19 +569,37 @@ class McpSession:
             for pending in self._pending.values():
                 if pending.progress_token is not None and pending.progress_token == token:
                     if pending.on_progress is not None and not pending.future.done():
-                        self._call_back(pending.on_progress, dict(params))
+                        self._call_back(pending.on_progress, dict(params), pending=pending)
                     return
+        elif method == "notifications/message" and params:
+            self._relay_log(params, origin)
         elif method == "notifications/tools/list_changed" and self.on_tools_changed is not None:
             self._call_back(self.on_tools_changed)
 
-    def _call_back(self, callback: Callable[..., Any], *args: Any) -> None:
+    def _relay_log(self, params: dict[str, Any], origin: RequestId | None) -> None:
+        """A log message goes to the call it belongs to: the request whose stream carried it,
+        else (stdio, legacy SSE: nothing on the wire says) the only tools/call running."""
+        if origin is not None:
+            pending = self._pending.get(origin)
+        else:
+            calls = [p for p in self._pending.values() if p.method == "tools/call" and not p.future.done()]
+            pending = calls[0] if len(calls) == 1 else None
+        relay = pending.on_log if pending is not None and not pending.future.done() else None
+        if relay is None or log_rank(params.get("level")) < log_rank(relay.level):
+            return
+        self._call_back(relay.deliver, dict(params), pending=pending)
+
+    def _call_back(self, callback: Callable[..., Any], *args: Any, pending: _Pending | None = None) -> None:
         try:
             outcome = callback(*args)
         except Exception:
             log.exception("an upstream notification callback failed")
             return
         if inspect.isawaitable(outcome):
-            self._spawn(self._await_quietly(outcome))
+            task = self._spawn(self._await_quietly(outcome))
+            if pending is not None:
+                pending.relays = [t for t in pending.relays if not t.done()]
+                pending.relays.append(task)
 
     async def _await_quietly(self, outcome: Awaitable[Any]) -> None:
         try:

@@ -73,9 +73,10 @@ def _event(payload: dict[str, Any]) -> bytes:
 
 
 class _ProgressStream:
-    """Relays notifications during one request as SSE events, ahead of its response.
+    """Relays notifications (progress, logs) during one request as SSE events, ahead of its
+    response.
 
-    The stream opens lazily, on the first notification: a call that reports no progress is
+    The stream opens lazily, on the first notification: a call that reports nothing is
     answered exactly as before. Once open, the response goes as the last event whatever its
     size. Note: SDK 2.x clients reject SSE events over 1 MiB, so a very large result on a
     call that streamed progress may not reach such a client; the plain JSON answer (no
@@ -121,10 +122,12 @@ class _ProgressStream:
 
 
 def _progress_stream(
-    request: Request, msg: jsonrpc.Message, headers: dict[str, str]
+    request: Request, ctx: mcp.CallContext, msg: jsonrpc.Message, headers: dict[str, str]
 ) -> _ProgressStream | None:
-    """A stream for this request's progress, when it asked for progress and can take SSE."""
-    if msg.kind != "request" or msg.method != "tools/call" or mcp.progress_token(msg.params) is None:
+    """A stream for this call's relayed progress and logs, when it may get some and takes SSE."""
+    if msg.kind != "request" or msg.method != "tools/call":
+        return None
+    if mcp.progress_token(msg.params) is None and ctx.log_level is None:
         return None
     if "text/event-stream" not in request.headers.get("accept", ""):
         return None
@@ -144,7 +147,7 @@ async def _answer(
     2026-07-28 has no cancel notification on HTTP: the client closes the connection, and
     Sanic cancels this handler, which cancels the work it awaits, down to the upstream.
     """
-    stream = _progress_stream(request, msg, headers)
+    stream = _progress_stream(request, ctx, msg, headers)
     if stream is not None:
         ctx.notify = stream.notify
     work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
@@ -200,7 +203,9 @@ async def _serve_modern(
         envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
-    ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, toolkit=kit)
+    ctx = mcp.CallContext(
+        principal, envelope.protocol_version, modern=True, toolkit=kit, log_level=envelope.log_level
+    )
     return await _answer(request, ctx, msg, {}, modern_era=True)
 
 
@@ -345,7 +350,8 @@ async def _post(request: Request, slug: str | None, project: str | None) -> HTTP
         elif msg.method == "notifications/cancelled":
             session.cancel(msg.params.get("requestId"))
         return response.empty(status=202)
-    ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit)
+    ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit, log_level=session.log_level)
+    ctx.set_log_level = session.set_log_level
     return await _answer(request, ctx, msg, headers, modern_era=False, in_flight=session.in_flight)
 
 

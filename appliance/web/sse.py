@@ -63,6 +63,7 @@ class Stream:
     project: str | None
     outbox: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
     protocol_version: str | None = None  # set by initialize
+    log_level: str = "debug"  # the least severe relayed log message, until logging/setLevel
     tasks: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
     closing: bool = False
 
@@ -112,10 +113,16 @@ class Stream:
             )
             reply = jsonrpc.error(msg.id, exc)
         else:
-            ctx = mcp.CallContext(principal, self.protocol_version or mcp.LATEST, toolkit=kit)
+            ctx = mcp.CallContext(
+                principal, self.protocol_version or mcp.LATEST, toolkit=kit, log_level=self.log_level
+            )
             ctx.notify = self.notify  # relayed progress and logs go ahead of the reply
+            ctx.set_log_level = self.set_log_level
             reply = await mcp.respond(rt, ctx, msg)
         await self.outbox.put(_event(reply, msg))
+
+    def set_log_level(self, level: str) -> None:
+        self.log_level = level
 
     async def notify(self, message: dict[str, Any]) -> None:
         data = jsonrpc.encode(message)

@@ -32,12 +32,16 @@ class StdioFace:
         self.key = key
         self.out = out
         self.legacy_version: str | None = None
+        self.log_level = "debug"  # legacy era: the least severe relayed log, until logging/setLevel
         self._tasks: dict[Any, asyncio.Task[None]] = {}
         self._write_lock = asyncio.Lock()
 
     async def principal(self) -> Principal:
         async with self.rt.db.read() as conn:
             return await keys.authenticate(conn, self.key)
+
+    def set_log_level(self, level: str) -> None:
+        self.log_level = level
 
     async def write(self, payload: dict[str, Any]) -> None:
         async with self._write_lock:
@@ -80,7 +84,13 @@ class StdioFace:
             principal = await self.principal()
             if modern.is_modern(msg, None, mcp.SUPPORTED_VERSIONS):
                 envelope = modern.check_envelope(msg, None, mcp.ALL_VERSIONS)
-                ctx = mcp.CallContext(principal, envelope.protocol_version, modern=True, notify=self.write)
+                ctx = mcp.CallContext(
+                    principal,
+                    envelope.protocol_version,
+                    modern=True,
+                    notify=self.write,
+                    log_level=envelope.log_level,
+                )
                 return await mcp.respond(self.rt, ctx, msg)
             if msg.method == "initialize":
                 reply = await mcp.respond(self.rt, mcp.CallContext(principal, mcp.LATEST), msg)
@@ -89,7 +99,10 @@ class StdioFace:
                 return reply
             if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
                 raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
-            ctx = mcp.CallContext(principal, self.legacy_version or mcp.LATEST, notify=self.write)
+            ctx = mcp.CallContext(
+                principal, self.legacy_version or mcp.LATEST, notify=self.write, log_level=self.log_level
+            )
+            ctx.set_log_level = self.set_log_level
             return await mcp.respond(self.rt, ctx, msg)
         except ApplianceError as exc:
             return jsonrpc.error(msg.id, exc)

@@ -23,6 +23,8 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.types import LoggingMessageNotificationParams
 
 from tests.support.clients import connect
 from tests.support.peers import free_port, peer
@@ -79,7 +81,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
 
 
 @asynccontextmanager
-async def face(app: Appliance, name: str, slug: str) -> AsyncIterator[tuple[Client, str]]:
+async def face(app: Appliance, name: str, slug: str, **options: Any) -> AsyncIterator[tuple[Client, str]]:
     """An SDK client on one face, and the prefix its tool names need there."""
     async with AsyncExitStack() as stack:
         if name == "stdio":
@@ -93,14 +95,14 @@ async def face(app: Appliance, name: str, slug: str) -> AsyncIterator[tuple[Clie
                     "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
                 },
             )
-            client = await stack.enter_async_context(Client(params, read_timeout_seconds=60))
+            client = await stack.enter_async_context(Client(params, read_timeout_seconds=60, **options))
         elif name == "sse":
             transport = sse_client(app.base_url + "/sse", headers={"Authorization": f"Bearer {app.key}"})
-            client = await stack.enter_async_context(Client(transport, read_timeout_seconds=60))
+            client = await stack.enter_async_context(Client(transport, read_timeout_seconds=60, **options))
         else:
             path, _, mode = name.partition(" ")
             path = path.replace("<slug>", slug)
-            client = await stack.enter_async_context(connect(app, path, mode=mode or "auto"))
+            client = await stack.enter_async_context(connect(app, path, mode=mode or "auto", **options))
         yield client, ("" if "<slug>" in name else f"{slug}__")
 
 
@@ -268,3 +270,62 @@ def test_a_cancelled_legacy_request_gets_no_response_on_the_wire(app: Appliance)
             assert all("id" not in json.loads(line[5:]) for line in rest), rest
 
     run(scenario())
+
+
+LEGACY_FACES = {"/mcp legacy", "/mcp/<slug> legacy", "sse"}
+
+
+@pytest.mark.parametrize("name", FACES)
+@pytest.mark.parametrize("slug", ["uphttp", "upsse"])
+def test_upstream_log_messages_reach_the_client_at_its_level(app: Appliance, name: str, slug: str) -> None:
+    """2025 era: logging/setLevel on the session; 2026-07-28: the level in each request's _meta."""
+
+    async def scenario() -> list[tuple[str, Any, str | None]]:
+        seen: list[tuple[str, Any, str | None]] = []
+
+        async def on_log(params: LoggingMessageNotificationParams) -> None:
+            seen.append((params.level, params.data, params.logger))
+
+        options: dict[str, Any] = {"logging_callback": on_log}
+        if name not in LEGACY_FACES:
+            options["log_level"] = "warning"
+        async with face(app, name, slug, **options) as (client, prefix):
+            if name in LEGACY_FACES:
+                with pytest.warns(MCPDeprecationWarning):  # SEP-2577 deprecates logging
+                    await client.set_logging_level("warning")
+            result = await client.call_tool(f"{prefix}chatty", {})
+            assert result.is_error is False, result
+        return seen
+
+    assert run(scenario()) == [("warning", "warning message", "chatty"), ("error", "error message", "chatty")]
+
+
+@pytest.mark.parametrize("name", ["/mcp auto", "stdio"])
+def test_a_2026_request_without_a_log_level_gets_no_log_messages(app: Appliance, name: str) -> None:
+    async def scenario() -> list[Any]:
+        seen: list[Any] = []
+
+        async def on_log(params: LoggingMessageNotificationParams) -> None:
+            seen.append(params)
+
+        async with face(app, name, "uphttp", logging_callback=on_log) as (client, prefix):
+            assert client.session.protocol_version == "2026-07-28"
+            result = await client.call_tool(f"{prefix}chatty", {})
+            assert result.is_error is False and result.content[0].text == "logged"
+        return seen
+
+    assert run(scenario()) == []
+
+
+def test_a_legacy_session_without_set_level_gets_every_log_message(app: Appliance) -> None:
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+
+        async def on_log(params: LoggingMessageNotificationParams) -> None:
+            seen.append(params.level)
+
+        async with face(app, "/mcp legacy", "upstdio", logging_callback=on_log) as (client, prefix):
+            assert (await client.call_tool(f"{prefix}chatty", {})).is_error is False
+        return seen
+
+    assert run(scenario()) == ["debug", "info", "warning", "error"]

@@ -20,9 +20,11 @@ INSPECTOR = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
 
 @asynccontextmanager
 async def connect(
-    app: Appliance, path: str = "/mcp", *, mode: str = "auto", read_timeout_s: float = 60
+    app: Appliance, path: str = "/mcp", *, mode: str = "auto", read_timeout_s: float = 60, **options: Any
 ) -> AsyncIterator[Client]:
-    """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake)."""
+    """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake).
+
+    ``options`` go to ``mcp.Client`` (``logging_callback``, ``log_level``, ...)."""
     # The SDK does not close an http_client it was handed; we own it.
     async with (
         create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
@@ -30,6 +32,7 @@ async def connect(
             streamable_http_client(app.base_url + path, http_client=http),
             read_timeout_seconds=read_timeout_s,
             mode=mode,
+            **options,
         ) as client,
     ):
         yield client

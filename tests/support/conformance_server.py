@@ -148,6 +148,14 @@ async def test_tool_with_logging(ctx: Context) -> str:
 
 
 @server.tool()
+async def test_logging_tool(ctx: Context) -> str:
+    """Logs at once (no delays): the 2026-07-28 check that no log arrives without a level."""
+    for text in ("Logging tool started", "Logging tool working", "Logging tool done"):
+        await ctx.info(text)
+    return "Logging tool executed successfully"
+
+
+@server.tool()
 async def test_tool_with_progress(ctx: Context) -> str:
     """Reports progress 0, 50 and 100 of 100 when the caller sent a progress token."""
     for i, done in enumerate((0, 50, 100)):

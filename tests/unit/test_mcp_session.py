@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from appliance.errors import UpstreamError
-from appliance.upstream.mcp_session import McpSession, Refused, SessionExpired
+from appliance.upstream.mcp_session import LogRelay, McpSession, Refused, SessionExpired
 
 Script = Callable[[dict[str, Any], "FakeTransport"], Awaitable[None] | None]
 MODERN_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -602,6 +602,57 @@ def test_list_tools_follows_cursors_and_refuses_a_cursor_loop() -> None:
         with pytest.raises(UpstreamError) as info:
             await session.list_tools()
         assert info.value.reason == "upstream_invalid"
+        await session.aclose()
+
+    run(main())
+
+
+def test_log_messages_reach_their_own_call_at_its_level_before_its_answer() -> None:
+    """On a request's stream (origin known) and, on stdio, to the only call running."""
+    events: list[str] = []
+
+    async def slow_deliver(params: dict[str, Any]) -> None:
+        await asyncio.sleep(0)  # a relay that yields still lands before the answer
+        events.append(f"{params['level']}:{params['data']}")
+
+    def handler(message: dict[str, Any], t: FakeTransport) -> None:
+        for level in ("debug", "warning", "error", "bogus"):
+            note = {"level": level, "data": message["params"]["name"]}
+            t.reply({"jsonrpc": "2.0", "method": "notifications/message", "params": note}, message["id"])
+        note = {"level": "error", "data": "stray"}
+        t.reply({"jsonrpc": "2.0", "method": "notifications/message", "params": note}, 999)
+        t.reply(ok(message, ADD_RESULT))
+
+    async def main() -> None:
+        session, transport = await connected(legacy_server(handler))
+        relay = LogRelay("warning", slow_deliver)
+        result = await session.call_tool("a", {}, timeout_s=5, on_log=relay)
+        events.append("answer")
+        assert result == ADD_RESULT
+        assert events == ["warning:a", "error:a", "answer"]
+        # A legacy upstream is not asked for a level in _meta; it filters nothing itself.
+        assert "io.modelcontextprotocol/logLevel" not in transport.sent[-1]["params"].get("_meta", {})
+        await session.aclose()
+
+    run(main())
+
+
+def test_a_modern_upstream_is_asked_for_the_callers_log_level_and_unrouted_logs_need_one_call() -> None:
+    seen: list[Any] = []
+
+    def script(message: dict[str, Any], t: FakeTransport) -> None:
+        if message.get("method") == "server/discover":
+            t.reply(ok(message, DISCOVER_RESULT))
+        elif message.get("method") == "tools/call":
+            assert message["params"]["_meta"]["io.modelcontextprotocol/logLevel"] == "info"
+            note = {"level": "info", "data": "no origin"}  # stdio: nothing names the request
+            t.reply({"jsonrpc": "2.0", "method": "notifications/message", "params": note})
+            t.reply(ok(message, ADD_RESULT))
+
+    async def main() -> None:
+        session, _ = await connected(script)
+        await session.call_tool("a", {}, timeout_s=5, on_log=LogRelay("info", seen.append))
+        assert seen == [{"level": "info", "data": "no origin"}]
         await session.aclose()
 
     run(main())
