@@ -17,6 +17,7 @@ from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
+from appliance.upstream import param_headers
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 
@@ -163,6 +164,7 @@ async def _call_mcp(
             timeout_s=rt.settings.upstream_timeout_s,
             on_progress=on_progress,
             on_log=on_log,
+            headers=param_headers.headers_for(tool.input_schema, arguments),  # SEP-2243
         )
     return mcp_result(raw)
 

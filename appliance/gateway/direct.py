@@ -86,6 +86,13 @@ async def list_tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[di
     return sorted(out, key=lambda t: t["name"])
 
 
+async def input_schema(rt: Runtime, principal: Principal, kit: Toolkit, name: str) -> dict[str, Any] | None:
+    """The input schema the caller sees for the toolkit's tool ``name`` (None: no such tool for
+    them, so a hidden tool's headers are never checked: no oracle for its existence)."""
+    tool = next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
+    return None if tool is None else tool.input_schema
+
+
 async def call(
     rt: Runtime,
     principal: Principal,

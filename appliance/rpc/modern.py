@@ -13,14 +13,13 @@ body can never disagree (streamable-http.mdx "Server Validation").
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import HeaderMismatch, InvalidParams, UnsupportedProtocolVersion
 from appliance.rpc.jsonrpc import Message
+from appliance.upstream import param_headers
 from appliance.upstream.mcp_session import LOG_LEVEL_KEY, LOG_LEVELS
 
 MODERN_VERSION = "2026-07-28"
@@ -32,7 +31,6 @@ SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 ROUTING_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
 # Methods whose target is mirrored into Mcp-Name, and the body field it mirrors.
 NAME_BEARING = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
-_SENTINEL_HEAD, _SENTINEL_TAIL = "=?base64?", "?="
 
 
 @dataclass(frozen=True)
@@ -55,12 +53,7 @@ def is_modern(msg: Message, version_header: str | None, legacy_versions: tuple[s
 
 def decode_header(value: str | None) -> str | None:
     """A header value with the spec's ``=?base64?…?=`` sentinel decoded (None if malformed)."""
-    if value is None or not (value.startswith(_SENTINEL_HEAD) and value.endswith(_SENTINEL_TAIL)):
-        return value
-    try:
-        return base64.b64decode(value[len(_SENTINEL_HEAD) : -len(_SENTINEL_TAIL)], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
+    return None if value is None else param_headers.decode(value)
 
 
 def check_envelope(

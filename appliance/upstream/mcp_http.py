@@ -22,7 +22,6 @@ Caller headers (Bearer, API key) are sent as given and never logged.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import math
@@ -35,6 +34,7 @@ import httpx
 import orjson
 
 from appliance.errors import UpstreamError
+from appliance.upstream import param_headers
 from appliance.upstream.mcp_session import McpSession, Refused, RequestId, SessionExpired
 from appliance.upstream.transport import Egress, HttpStream
 
@@ -43,7 +43,6 @@ log = logging.getLogger(__name__)
 ACCEPT_BOTH = "application/json, text/event-stream"
 _CLOSE_S = 5.0  # DELETE on close and other courtesy calls: never hold shutdown longer
 _LINE_END = re.compile(rb"\r\n|\r|\n")
-_HEADER_SAFE = re.compile(r"[\x20-\x7e]*")
 _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")  # visible ASCII (2025-11-25 session ids)
 _EVENT_ID = re.compile(r"[\x20-\x7e]{1,1024}")  # what we send back as Last-Event-ID
 _RESUME_ATTEMPTS = 3  # GET reconnects per request stream, at most
@@ -140,16 +139,6 @@ class SseDecoder:
         )
 
 
-def _header_value(value: str) -> str:
-    """A header-safe value; anything else in the spec's ``=?base64?...?=`` form."""
-    plain = (
-        _HEADER_SAFE.fullmatch(value)
-        and value == value.strip()
-        and not (value.startswith("=?base64?") and value.endswith("?="))
-    )
-    return value if plain else f"=?base64?{base64.b64encode(value.encode()).decode()}?="
-
-
 def _parse(data: bytes) -> Any:
     try:
         return orjson.loads(data)
@@ -189,7 +178,9 @@ class StreamableHttpTransport:
             out["Mcp-Method"] = str(message.get("method", ""))
             name = params.get("name", params.get("uri"))
             if isinstance(name, str):
-                out["Mcp-Name"] = _header_value(name)
+                out["Mcp-Name"] = param_headers.encode(name)
+            if self._session is not None and "id" in message:
+                out.update(self._session.headers_for(message["id"]))  # SEP-2243 Mcp-Param-*
             return out
         if self._legacy_version:
             out["MCP-Protocol-Version"] = self._legacy_version

@@ -143,11 +143,12 @@ class McpPool:
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
         on_log: LogRelay | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         session = await self.session(key, connection, timeout_s=timeout_s)
         try:
             return await session.call_tool(
-                name, arguments, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log
+                name, arguments, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log, headers=headers
             )
         except UpstreamError as exc:
             if exc.reason in ("upstream_unavailable", "upstream_invalid"):

@@ -176,6 +176,7 @@ class McpSession:
         self.on_tools_changed = on_tools_changed
         self._ids = itertools.count(1)
         self._pending: dict[RequestId, _Pending] = {}
+        self._headers: dict[RequestId, dict[str, str]] = {}  # per-request extra HTTP headers
         self._tasks: set[asyncio.Task[Any]] = set()
         self._modern: bool | None = None  # None until connected
         self._version = ""
@@ -209,6 +210,10 @@ class McpSession:
     @property
     def instructions(self) -> str | None:
         return self._instructions
+
+    def headers_for(self, request_id: RequestId) -> dict[str, str]:
+        """Extra HTTP headers the caller gave for this request (for HTTP transports)."""
+        return dict(self._headers.get(request_id) or {})
 
     @property
     def is_closed(self) -> bool:
@@ -249,11 +254,15 @@ class McpSession:
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
         on_log: LogRelay | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """The raw CallToolResult (``isError`` results are returned, not raised)."""
+        """The raw CallToolResult (``isError`` results are returned, not raised).
+
+        ``headers``: extra HTTP headers for this call (SEP-2243 ``Mcp-Param-*``), which a
+        transport that has headers sends in the 2026-07-28 era."""
         params = {"name": name, "arguments": dict(arguments or {})}
         return await self.request(
-            "tools/call", params, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log
+            "tools/call", params, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log, headers=headers
         )
 
     async def ping(self, *, timeout_s: float = 10) -> None:
@@ -287,13 +296,14 @@ class McpSession:
         timeout_s: float,
         on_progress: ProgressCallback | None = None,
         on_log: LogRelay | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Send one request and wait for its validated result (one retry on session expiry)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         generation = self._generation
         try:
-            return await self._request_once(method, params, deadline, on_progress, on_log)
+            return await self._request_once(method, params, deadline, on_progress, on_log, headers)
         except SessionExpired:
             if self._modern is not False or method == "initialize":
                 raise
@@ -303,7 +313,7 @@ class McpSession:
             if self._generation == generation:
                 await self._initialize(max(0.001, deadline - loop.time()))
         try:
-            return await self._request_once(method, params, deadline, on_progress, on_log)
+            return await self._request_once(method, params, deadline, on_progress, on_log, headers)
         except SessionExpired as exc:
             raise UpstreamError(
                 "the upstream session expired again right after re-initialising",
@@ -318,6 +328,7 @@ class McpSession:
         deadline: float,
         on_progress: ProgressCallback | None,
         on_log: LogRelay | None = None,
+        headers: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         if self._closed is not None:
             raise UpstreamError(self._closed.public_message, reason=self._closed.reason)
@@ -340,6 +351,8 @@ class McpSession:
             body["_meta"] = meta
         message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": body}
         self._pending[request_id] = pending
+        if headers:
+            self._headers[request_id] = headers
         timeout_s = max(0.0, deadline - loop.time())
         try:
             async with asyncio.timeout_at(deadline):
@@ -366,6 +379,7 @@ class McpSession:
             raise
         finally:
             self._pending.pop(request_id, None)
+            self._headers.pop(request_id, None)
             if not pending.future.done():
                 pending.future.cancel()
             elif not pending.future.cancelled():

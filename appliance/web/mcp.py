@@ -18,11 +18,19 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, InvalidParams, InvalidRequest, NotFound, Unauthorized
+from appliance.errors import (
+    ApplianceError,
+    HeaderMismatch,
+    InvalidParams,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+)
 from appliance.gateway import direct
 from appliance.models import ANONYMOUS, Principal, Toolkit
 from appliance.rpc import jsonrpc, mcp, modern
 from appliance.rpc.sessions import SessionStore
+from appliance.upstream import param_headers
 from appliance.web.guards import authenticate, bearer_token, check_host, check_origin
 
 bp = Blueprint("mcp")
@@ -203,10 +211,37 @@ async def _serve_modern(
         envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
+    problem = await _param_header_problem(request, principal, msg, kit)
+    if problem is not None:
+        return rpc_error(HeaderMismatch(problem, field="mcp-param"), msg.id, status=400)
     ctx = mcp.CallContext(
         principal, envelope.protocol_version, modern=True, toolkit=kit, log_level=envelope.log_level
     )
     return await _answer(request, ctx, msg, {}, modern_era=True)
+
+
+async def _param_header_problem(
+    request: Request, principal: Principal, msg: jsonrpc.Message, kit: Toolkit | None
+) -> str | None:
+    """SEP-2243: a 2026-07-28 tools/call on a toolkit endpoint must mirror each argument whose
+    property carries ``x-mcp-header`` into its ``Mcp-Param-*`` header, exactly (the bridge lists
+    only its own tools, which have no such property)."""
+    name, arguments = msg.params.get("name"), msg.params.get("arguments") or {}
+    if (
+        kit is None
+        or msg.method != "tools/call"
+        or not isinstance(name, str)
+        or not isinstance(arguments, dict)
+    ):
+        return None  # a malformed call is refused later, with the error that names its field
+    schema = await direct.input_schema(request.app.ctx.rt, principal, kit, name)
+    if schema is None:
+        return None
+    headers: dict[str, list[str]] = {}
+    for key, value in request.headers.items():
+        if key.lower().startswith(param_headers.PREFIX):
+            headers.setdefault(key.lower(), []).append(value)
+    return param_headers.mismatch(schema, arguments, headers)
 
 
 def _sessions(request: Request) -> SessionStore:

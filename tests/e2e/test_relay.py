@@ -329,3 +329,52 @@ def test_a_legacy_session_without_set_level_gets_every_log_message(app: Applianc
         return seen
 
     assert run(scenario()) == ["debug", "info", "warning", "error"]
+
+
+@pytest.mark.parametrize("name", ["/mcp/<slug> auto", "/mcp auto", "stdio"])
+def test_x_mcp_header_arguments_reach_a_modern_http_upstream_as_mcp_param_headers(
+    app: Appliance, name: str
+) -> None:
+    """The gateway, as a client, mirrors ``region`` into ``Mcp-Param-Region`` whatever the face."""
+
+    async def scenario() -> Any:
+        async with face(app, name, "uphttp") as (client, prefix):
+            result = await client.call_tool(f"{prefix}regional", {"region": "Zürich west", "query": "q"})
+            assert result.is_error is False, result
+            return result.structured_content
+
+    assert run(scenario()) == {"header": "=?base64?WsO8cmljaCB3ZXN0?=", "region": "Zürich west"}
+
+
+def test_a_toolkit_endpoint_refuses_a_call_whose_mcp_param_header_disagrees_with_its_arguments(
+    app: Appliance,
+) -> None:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "regional", "arguments": {"region": "eu"}, "_meta": meta},
+    }
+    headers = {
+        "Authorization": f"Bearer {app.key}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "regional",
+    }
+    with httpx.Client(headers=headers, timeout=30) as http:
+        url = app.base_url + "/mcp/uphttp"
+        for extra, why in (({}, "missing"), ({"Mcp-Param-Region": "us"}, "does not match")):
+            refused = http.post(url, json=call, headers=extra)
+            assert refused.status_code == 400
+            error = refused.json()["error"]
+            assert (
+                error["code"] == -32020 and "Mcp-Param-Region" in error["message"] and why in error["message"]
+            )
+            assert refused.json()["id"] == 3
+        served = http.post(url, json=call, headers={"mcp-param-region": "=?base64?ZXU=?="})
+        assert served.status_code == 200 and served.json()["result"]["structuredContent"]["header"] == "eu"

@@ -18,7 +18,7 @@ import argparse
 import asyncio
 import base64
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
@@ -153,6 +153,17 @@ async def test_logging_tool(ctx: Context) -> str:
     for text in ("Logging tool started", "Logging tool working", "Logging tool done"):
         await ctx.info(text)
     return "Logging tool executed successfully"
+
+
+@server.tool()
+def test_custom_header_tool(
+    region: Annotated[
+        str, Field(description="Mirrored into Mcp-Param-Region", json_schema_extra={"x-mcp-header": "Region"})
+    ],
+    query: str = "",
+) -> str:
+    """SEP-2243: its region argument travels in the Mcp-Param-Region header too."""
+    return f"region={region} query={query}"
 
 
 @server.tool()

@@ -14,7 +14,8 @@ import pytest
 
 from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.mcp_http import SseDecoder, SseEvent, _header_value
+from appliance.upstream.mcp_http import SseDecoder, SseEvent
+from appliance.upstream.param_headers import encode as _header_value
 from appliance.upstream.transport import Egress
 from tests.unit.upstream_server import RecordingServer, serving
 
