@@ -8,6 +8,7 @@
     ├── InvalidRequest                  400  -32600  invalid_request
     │   ├── ParseError                  400  -32700  parse_error
     │   ├── HeaderMismatch              400  -32020  header_mismatch  (2026-07-28 routing headers)
+    │   ├── MissingClientCapability     400  -32021  missing_client_capability (2026-07-28)
     │   └── UnsupportedProtocolVersion  400  -32022  unsupported_protocol_version
     ├── MethodNotFound                  404  -32601  method_not_found
     ├── InvalidParams                   422  -32602  invalid_params   (names the member in ``field``)
@@ -80,6 +81,14 @@ class HeaderMismatch(InvalidRequest):
 
     rpc_code = -32020
     reason = "header_mismatch"
+
+
+class MissingClientCapability(InvalidRequest):
+    """2026-07-28: serving the request needs a client capability the request did not declare
+    (HTTP 400, -32021; ``data.requiredCapabilities`` is a ClientCapabilities object)."""
+
+    rpc_code = -32021
+    reason = "missing_client_capability"
 
 
 class UnsupportedProtocolVersion(InvalidRequest):

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance import __version__
-from appliance.errors import ApplianceError, ArgumentsInvalid, InvalidParams, MethodNotFound
+from appliance.errors import (
+    ApplianceError,
+    ArgumentsInvalid,
+    InvalidParams,
+    MethodNotFound,
+    MissingClientCapability,
+)
 from appliance.gateway import bridge, direct
 from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
@@ -59,6 +65,8 @@ class CallContext:
     log_level: str | None = None
     # Keeps a legacy session's logging/setLevel (None: the face has no session to keep it).
     set_log_level: Callable[[str], None] | None = None
+    # 2026-07-28: the request's declared client capabilities (None: legacy era).
+    client_capabilities: dict[str, Any] | None = None
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
@@ -187,7 +195,39 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
                 content=[{"type": "text", "text": exc.public_message}], is_error=True, meta=exc.payload()
             )
         )
-    return tool_result(result)
+    return tool_result(_refuse_undeclared(ctx, result))
+
+
+def _refuse_undeclared(ctx: CallContext, result: CallResult) -> CallResult:
+    """An upstream that needs a client capability (-32021) the *caller* did not declare either:
+    that is the caller's error to see (2026-07-28), not a failed tool. When the caller did
+    declare it, the gateway is what falls short (it relays no server-to-client requests): an
+    isError result that says so. Legacy eras have no such error code: the result stands."""
+    required = result.meta.get("requiredCapabilities")
+    declared = ctx.client_capabilities
+    if declared is None or result.meta.get("code") != -32021 or not isinstance(required, dict):
+        return result
+    missing = {k: v for k, v in required.items() if k not in declared}
+    wanted, have = required.get("extensions"), declared.get("extensions")
+    if isinstance(wanted, dict):
+        absent = {k: v for k, v in wanted.items() if not isinstance(have, dict) or k not in have}
+        if absent:
+            missing["extensions"] = absent
+        else:
+            missing.pop("extensions", None)
+    if missing:
+        names = ", ".join(sorted(missing))
+        raise MissingClientCapability(
+            f"this tool needs the client capability {names}, which the request did not declare",
+            data={"requiredCapabilities": missing},
+        )
+    names = ", ".join(sorted(required))
+    text = f"the upstream needs the client capability {names}, which the gateway does not relay"
+    return CallResult(
+        content=[{"type": "text", "text": text}],
+        is_error=True,
+        meta={"reason": "capability_not_relayed", "requiredCapabilities": required},
+    )
 
 
 async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:

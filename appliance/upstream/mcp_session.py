@@ -60,7 +60,10 @@ LEGACY_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-
 # Codes that only a modern server sends: they mean "do not fall back to initialize".
 UNSUPPORTED_VERSION = -32022
 METHOD_NOT_FOUND = -32601
-MODERN_ONLY_ERRORS = frozenset({-32020, -32021})  # HeaderMismatch, MissingRequiredClientCapability
+MISSING_CAPABILITY = -32021  # MissingRequiredClientCapability (2026-07-28)
+MODERN_ONLY_ERRORS = frozenset(
+    {-32020, MISSING_CAPABILITY}
+)  # HeaderMismatch, MissingRequiredClientCapability
 DEFAULT_CLIENT_INFO = {"name": "toolspoke", "version": "0.1"}
 MAX_TOOL_PAGES = 100  # a server that pages forever is broken, not big
 _MAX_MESSAGE_TEXT = 500  # upstream error text we pass on, at most
@@ -538,6 +541,9 @@ class McpSession:
             extra = error.get("data")
             if error["code"] == UNSUPPORTED_VERSION and isinstance(extra, dict):
                 data["supported"] = extra.get("supported")
+            required = extra.get("requiredCapabilities") if isinstance(extra, dict) else None
+            if error["code"] == MISSING_CAPABILITY and isinstance(required, dict):
+                data["requiredCapabilities"] = required  # what our caller may have to declare
             text = error["message"][:_MAX_MESSAGE_TEXT]
             return UpstreamError(
                 f"the upstream answered {method} with an error: {text}", reason="upstream_error", data=data

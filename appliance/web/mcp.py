@@ -215,7 +215,12 @@ async def _serve_modern(
     if problem is not None:
         return rpc_error(HeaderMismatch(problem, field="mcp-param"), msg.id, status=400)
     ctx = mcp.CallContext(
-        principal, envelope.protocol_version, modern=True, toolkit=kit, log_level=envelope.log_level
+        principal,
+        envelope.protocol_version,
+        modern=True,
+        toolkit=kit,
+        log_level=envelope.log_level,
+        client_capabilities=envelope.client_capabilities,
     )
     return await _answer(request, ctx, msg, {}, modern_era=True)
 

@@ -90,6 +90,7 @@ class StdioFace:
                     modern=True,
                     notify=self.write,
                     log_level=envelope.log_level,
+                    client_capabilities=envelope.client_capabilities,
                 )
                 return await mcp.respond(self.rt, ctx, msg)
             if msg.method == "initialize":

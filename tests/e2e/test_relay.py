@@ -23,7 +23,7 @@ import httpx
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
-from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.types import LoggingMessageNotificationParams
 
 from tests.support.clients import connect
@@ -378,3 +378,25 @@ def test_a_toolkit_endpoint_refuses_a_call_whose_mcp_param_header_disagrees_with
             assert refused.json()["id"] == 3
         served = http.post(url, json=call, headers={"mcp-param-region": "=?base64?ZXU=?="})
         assert served.status_code == 200 and served.json()["result"]["structuredContent"]["header"] == "eu"
+
+
+def test_an_upstream_capability_refusal_reaches_a_modern_client_that_did_not_declare_it(
+    app: Appliance,
+) -> None:
+    """-32021 (HTTP 400) when the caller lacks it too; else an isError: the gateway relays no sampling."""
+
+    async def declares_sampling(context: Any, params: Any) -> Any:
+        raise AssertionError("the gateway must not relay sampling requests")
+
+    async def scenario() -> Any:
+        async with face(app, "/mcp/<slug> auto", "uphttp") as (client, prefix):
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(f"{prefix}needs_sampling", {})
+            assert refused.value.error.code == -32021
+            assert refused.value.error.data["requiredCapabilities"] == {"sampling": {}}
+        async with face(app, "/mcp auto", "uphttp", sampling_callback=declares_sampling) as (client, prefix):
+            return await client.call_tool(f"{prefix}needs_sampling", {})
+
+    result = run(scenario())
+    assert result.is_error is True and result.meta["toolspoke/reason"] == "capability_not_relayed"
+    assert "sampling" in result.content[0].text

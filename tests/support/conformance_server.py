@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
+from mcp.shared.exceptions import MCPError
 from mcp.types import (
     AudioContent,
     Completion,
@@ -164,6 +165,31 @@ def test_custom_header_tool(
 ) -> str:
     """SEP-2243: its region argument travels in the Mcp-Param-Region header too."""
     return f"region={region} query={query}"
+
+
+def _require(ctx: Context, capability: str) -> None:
+    """-32021 with ``requiredCapabilities`` when the caller did not declare ``capability``."""
+    declared = ctx.session.client_capabilities
+    if declared is None or getattr(declared, capability, None) is None:
+        raise MCPError(
+            code=-32021,
+            message=f"Client did not declare the {capability} capability",
+            data={"requiredCapabilities": {capability: {}}},
+        )
+
+
+@server.tool()
+def test_missing_capability(ctx: Context) -> str:
+    """Needs the caller's sampling capability (SEP-2575: -32021 when it was not declared)."""
+    _require(ctx, "sampling")
+    return "the sampling capability was declared"
+
+
+@server.tool()
+def test_streaming_elicitation(ctx: Context) -> str:
+    """Needs the caller's elicitation capability; never sends a request on the response stream."""
+    _require(ctx, "elicitation")
+    return "the elicitation capability was declared"
 
 
 @server.tool()

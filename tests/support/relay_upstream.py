@@ -9,6 +9,8 @@
   as there are ``at_least`` or after ``wait_s`` (a bounded wait on the server side, so tests
   need no sleeps).
 - ``chatty()``: one log message at each of debug, info, warning and error.
+- ``needs_sampling()``: ``-32021`` (``requiredCapabilities: {sampling: {}}``) for a caller
+  that did not declare sampling, as a 2026-07-28 server must.
 - ``regional(region, query)``: ``region`` carries ``x-mcp-header: Region`` (SEP-2243); the
   result is the ``Mcp-Param-Region`` header this server received (null without one).
 
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared" / "peers")
 
 import upstream_server  # the shared peer, found through the path above
 from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
 
 READ = ToolAnnotations(read_only_hint=True)
@@ -78,6 +81,16 @@ def regional(
     headers = ctx.headers or {}
     seen = next((v for k, v in headers.items() if k.lower() == "mcp-param-region"), None)
     return {"header": seen, "region": region}
+
+
+@server.tool(annotations=READ)
+def needs_sampling(ctx: Context) -> str:
+    """Refuses with -32021 (requiredCapabilities: sampling) unless the caller declared sampling."""
+    declared = ctx.session.client_capabilities
+    if declared is None or declared.sampling is None:
+        data = {"requiredCapabilities": {"sampling": {}}}
+        raise MCPError(code=-32021, message="Client did not declare the sampling capability", data=data)
+    return "sampling declared"
 
 
 if __name__ == "__main__":
