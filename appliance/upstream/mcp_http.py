@@ -151,6 +151,7 @@ class StreamableHttpTransport:
 
     inline_answers = True
     request_scoped = True
+    mirrors_headers = True  # SEP-2243: x-mcp-header arguments travel as Mcp-Param-* headers
 
     def __init__(self, egress: Egress, url: str, headers: dict[str, str] | None = None) -> None:
         self.egress = egress

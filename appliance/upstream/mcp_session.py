@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
 from appliance.errors import UpstreamError
+from appliance.upstream import param_headers
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,7 @@ class McpSession:
         for _ in range(MAX_TOOL_PAGES):
             params = {"cursor": cursor} if cursor else {}
             page = await self.request("tools/list", params, timeout_s=timeout_s)
-            tools.extend(page["tools"])
+            tools.extend(self._usable(page["tools"]))
             cursor = page.get("nextCursor") or None
             if cursor is None:
                 return tools
@@ -248,6 +249,21 @@ class McpSession:
                 raise _invalid("tools/list repeated a cursor")
             seen.add(cursor)
         raise _invalid(f"tools/list has more than {MAX_TOOL_PAGES} pages")
+
+    def _usable(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Over streamable HTTP a tool whose ``x-mcp-header`` annotations break SEP-2243's
+        rules is dropped, with a warning (the client MUST exclude it; others MAY ignore them)."""
+        if not getattr(self.transport, "mirrors_headers", False):
+            return tools
+        kept = []
+        for tool in tools:
+            try:
+                param_headers.annotated_params(tool.get("inputSchema"))
+            except param_headers.InvalidAnnotation as exc:
+                log.warning("dropped upstream tool %r: %s", str(tool.get("name"))[:80], exc)
+                continue
+            kept.append(tool)
+        return kept
 
     async def call_tool(
         self,

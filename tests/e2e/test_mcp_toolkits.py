@@ -9,7 +9,6 @@ tools through the bridge.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ from mcp.types import TextContent
 
 from tests.support.clients import connect, inspector
 from tests.support.peers import EVERYTHING, UPSTREAM, free_port, peer
-from tests.support.servers import Appliance, cli, running_appliance
+from tests.support.servers import Appliance, import_mcp, running_appliance
 
 pytestmark = pytest.mark.e2e
 STDIO_ENV = ["--env", "UPSTREAM_TRANSPORT=stdio"]
@@ -33,18 +32,7 @@ def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, timeout=120))
 
 
-def imported(app: Appliance, *args: str) -> dict[str, Any]:
-    done = cli(
-        app.data_dir,
-        "import",
-        "mcp",
-        "--json",
-        *args,
-        env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+imported = import_mcp
 
 
 @pytest.fixture(scope="module")

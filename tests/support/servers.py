@@ -56,6 +56,21 @@ def cli(
     )
 
 
+def import_mcp(app: Appliance, *args: str) -> dict[str, Any]:
+    """``toolspoke import mcp --json ARGS`` with loopback upstreams allowed; its report."""
+    done = cli(
+        app.data_dir,
+        "import",
+        "mcp",
+        "--json",
+        *args,
+        env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
 @contextmanager
 def running_appliance(
     data_dir: Path,

@@ -656,3 +656,22 @@ def test_a_modern_upstream_is_asked_for_the_callers_log_level_and_unrouted_logs_
         await session.aclose()
 
     run(main())
+
+
+def test_over_streamable_http_a_tool_with_an_invalid_x_mcp_header_is_left_out_of_the_listing() -> None:
+    good = {"name": "good", "inputSchema": {"properties": {"r": {"type": "string", "x-mcp-header": "R"}}}}
+    bad = {"name": "bad", "inputSchema": {"properties": {"n": {"type": "number", "x-mcp-header": "N"}}}}
+
+    def handler(message: dict[str, Any], t: FakeTransport) -> None:
+        t.reply(ok(message, {"tools": [good, bad]}))
+
+    async def main() -> list[list[str]]:
+        names = []
+        for mirrors in (True, False):
+            session, transport = await connected(legacy_server(handler))
+            transport.mirrors_headers = mirrors  # type: ignore[attr-defined]
+            names.append([t["name"] for t in await session.list_tools()])
+            await session.aclose()
+        return names
+
+    assert run(main()) == [["good"], ["good", "bad"]]
