@@ -158,9 +158,12 @@ async def _answer(
     stream = _progress_stream(request, ctx, msg, headers)
     if stream is not None:
         ctx.notify = stream.notify
-    work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
     tracked = in_flight is not None and type(msg.id) in (str, int) and msg.id not in in_flight
-    if in_flight is not None and tracked:
+    if not tracked:  # nothing can cancel it but the connection: no task of its own needed
+        reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
+        return await _send(request, stream, reply, headers, modern_era)
+    work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
+    if in_flight is not None:
         in_flight[msg.id] = work
     try:
         reply = await work
@@ -170,8 +173,18 @@ async def _answer(
             raise  # the client went away: nothing to answer
         return await _unanswered(request, stream, headers)
     finally:
-        if in_flight is not None and tracked and in_flight.get(msg.id) is work:
+        if in_flight is not None and in_flight.get(msg.id) is work:
             del in_flight[msg.id]
+    return await _send(request, stream, reply, headers, modern_era)
+
+
+async def _send(
+    request: Request,
+    stream: _ProgressStream | None,
+    reply: dict[str, Any],
+    headers: dict[str, str],
+    modern_era: bool,
+) -> HTTPResponse | None:
     status = 200
     if modern_era and "error" in reply:
         status = _MODERN_STATUS.get(reply["error"]["code"], 200)
