@@ -20,7 +20,8 @@ import asyncio
 import math
 import ssl
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,12 @@ USER_AGENT = "toolspoke/0.1"
 # Only encodings we can decode with a bounded output; the caller cannot widen this.
 ACCEPT_ENCODING = "gzip, deflate"
 _MAX_LOCATION = 200
+# Kept-alive connections: routes (hostname + checked address) remembered, idle connections
+# per route, and how long an idle one is kept: below the 5 s idle timeout of Node and
+# uvicorn servers, so we do not send on a connection the server is closing.
+MAX_ROUTES = 64
+KEEPALIVE_PER_ROUTE = 32
+KEEPALIVE_EXPIRY_S = 3.0
 # cookie-octet characters (RFC 6265) kept as they are; everything else is percent-encoded.
 _COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
 
@@ -83,26 +90,89 @@ class HttpStream:
         return bytes(body)
 
 
-class PinnedTransport(httpx.AsyncBaseTransport):
-    """Resolve + check the host, then send to the checked IP with Host and SNI unchanged."""
+class _Route:
+    """Keep-alive connections to one checked address, for one hostname only."""
 
-    def __init__(self, policy: EgressPolicy, *, verify: ssl.SSLContext | bool = True) -> None:
+    def __init__(self, transport: httpx.AsyncHTTPTransport) -> None:
+        self.transport = transport
+        self.busy = 0  # requests whose answer is still being read
+        self.retired = False
+
+
+class _Tracked(httpx.AsyncByteStream):
+    """An answer's body that tells its route when it is closed (read, capped or abandoned)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, done: Callable[[], Awaitable[None]]) -> None:
+        self._inner = inner
+        self._done: Callable[[], Awaitable[None]] | None = done
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                await done()
+
+
+class PinnedTransport(httpx.AsyncBaseTransport):
+    """Resolve + check the host, then send to the checked IP with Host and SNI unchanged.
+
+    Connections are kept alive per route, a route being (scheme, hostname, checked address,
+    port): httpx keys its own pool by (scheme, IP, port) only, so one shared pool could hand
+    a TLS connection opened and verified for one name to a request for another name on the
+    same address (A3's pool-reuse hazard). A route's pool only ever serves its own name.
+    Every request still resolves and checks the name first; when the answer changed, the
+    routes to the old address are retired (closed once their last answer is read), so no
+    request is sent to an address that was not checked for it.
+    """
+
+    def __init__(
+        self, policy: EgressPolicy, *, verify: ssl.SSLContext | bool = True, max_routes: int = MAX_ROUTES
+    ) -> None:
         self.policy = policy
-        # No keep-alive: the pool is keyed by (scheme, IP, port), so a TLS connection opened
-        # for one hostname could be reused for another name on the same IP without its own
-        # certificate check (A3's pool-reuse hazard). A fresh connection per call is cheap
-        # next to an upstream API call.
-        self._inner = httpx.AsyncHTTPTransport(
-            verify=verify,
-            trust_env=False,
-            retries=0,
-            limits=httpx.Limits(max_keepalive_connections=0),
-        )
+        self._verify = verify
+        self._max_routes = max_routes
+        self._routes: OrderedDict[tuple[str, str, str, int], _Route] = OrderedDict()
+        self._closed = False
+
+    def _route(self, key: tuple[str, str, str, int]) -> tuple[_Route, list[_Route]]:
+        """The route for ``key`` (made on first use) and the routes it makes stale."""
+        stale = [
+            self._routes.pop(k)
+            for k in [k for k in self._routes if k != key and (k[0], k[1], k[3]) == (key[0], key[1], key[3])]
+        ]
+        route = self._routes.get(key)
+        if route is None:
+            route = _Route(
+                httpx.AsyncHTTPTransport(
+                    verify=self._verify,
+                    trust_env=False,
+                    retries=0,
+                    limits=httpx.Limits(
+                        max_connections=100,
+                        max_keepalive_connections=KEEPALIVE_PER_ROUTE,
+                        keepalive_expiry=KEEPALIVE_EXPIRY_S,
+                    ),
+                )
+            )
+            self._routes[key] = route
+            while len(self._routes) > self._max_routes:
+                stale.append(self._routes.popitem(last=False)[1])
+        self._routes.move_to_end(key)
+        return route, stale
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the egress transport is closed")
         host, port = host_port(request.url)
         addresses = await self.policy.resolve(host, port)
-        pinned_url = request.url.copy_with(host=str(addresses[0]))
+        address = str(addresses[0])
+        pinned_url = request.url.copy_with(host=address)
         extensions = dict(request.extensions)
         if request.url.scheme == "https":
             extensions["sni_hostname"] = host
@@ -113,10 +183,37 @@ class PinnedTransport(httpx.AsyncBaseTransport):
             stream=request.stream,
             extensions=extensions,
         )
-        return await self._inner.handle_async_request(pinned)
+        route, stale = self._route((request.url.scheme, host.lower(), address, port))
+        for old in stale:
+            old.retired = True
+            if old.busy == 0:
+                await old.transport.aclose()
+        route.busy += 1
+        try:
+            response = await route.transport.handle_async_request(pinned)
+        except BaseException:
+            await self._release(route)
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        return httpx.Response(
+            response.status_code,
+            headers=response.headers,
+            stream=_Tracked(response.stream, lambda: self._release(route)),
+            extensions=response.extensions,
+        )
+
+    async def _release(self, route: _Route) -> None:
+        route.busy -= 1
+        if route.retired and route.busy == 0:
+            await route.transport.aclose()
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        self._closed = True
+        routes = list(self._routes.values())
+        self._routes.clear()
+        for route in routes:
+            route.retired = True
+            await route.transport.aclose()
 
 
 class Egress:

@@ -38,8 +38,8 @@ def bomb() -> bytes:
 class RecordingServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, keep_alive: bool = False) -> None:
+        super().__init__((host, port), KeepAliveHandler if keep_alive else Handler)
         self.connections = 0
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -158,9 +158,17 @@ def self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     return cert_file, key_file
 
 
+class KeepAliveHandler(Handler):
+    """HTTP/1.1: the connection stays open between requests (the reuse tests count them)."""
+
+    protocol_version = "HTTP/1.1"
+
+
 @contextmanager
-def serving(tls: tuple[Path, Path] | None = None) -> Iterator[RecordingServer]:
-    server = RecordingServer()
+def serving(
+    tls: tuple[Path, Path] | None = None, *, host: str = "127.0.0.1", port: int = 0, keep_alive: bool = False
+) -> Iterator[RecordingServer]:
+    server = RecordingServer(host, port, keep_alive=keep_alive)
     if tls is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(*tls)
