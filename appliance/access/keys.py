@@ -4,7 +4,8 @@ Keys are 256-bit random (``tsk_`` + 43 url-safe characters), so a fast hash is e
 nobody can brute-force the pre-image, and a slow KDF would cost every request.
 The prefix (first 12 characters) is not secret: it names the key in listings and audit.
 A key belongs to a user, or to one of that user's agents; every request looks it up again,
-so expiry and revocation count from the next request.
+so expiry and revocation count from the next request (the lookup is remembered only until
+the database changes: see ``authenticate_cached``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from appliance.db import ReadConn, WriteTx, dumps, loads
+from appliance.db import Database, ReadConn, WriteTx, dumps, loads
 from appliance.errors import Conflict, InvalidParams, NotFound, Unauthorized
 from appliance.models import Principal
 
@@ -179,11 +180,44 @@ async def has_admin_key(conn: ReadConn) -> bool:
 
 async def authenticate(conn: ReadConn, key: str) -> Principal:
     """The principal behind a key; one error text for every failure (no oracle)."""
-    denied = Unauthorized("invalid or missing API key")
+    principal, expired, _ = await _lookup(conn, key)
+    if expired:
+        raise _denied()
+    return principal
+
+
+async def authenticate_cached(db: Database, key: str) -> Principal:
+    """``authenticate``, remembered until the database changes (``Database.memo``).
+
+    Every request still presents its key: its hash is looked up in the memo, which any
+    commit (a revocation by the admin API or by the CLI in another process) clears, so a
+    revoked key fails on its very next request. Expiry is checked on every request against
+    the clock. Failures are never remembered.
+    """
     if not key.startswith(KEY_PREFIX) or len(key) > 256:
-        raise denied
+        raise _denied()
+    principal, expired, expires_at = await db.cached(("api_key", _hash(key)), lambda conn: _lookup(conn, key))
+    if expired or (expires_at is not None and expires_at <= _sqlite_now()):
+        raise _denied()
+    return principal
+
+
+def _denied() -> Unauthorized:
+    return Unauthorized("invalid or missing API key")
+
+
+def _sqlite_now() -> str:
+    """Now as SQLite's ``strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`` writes it (comparable text)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+async def _lookup(conn: ReadConn, key: str) -> tuple[Principal, bool, str | None]:
+    """A known, unrevoked key's principal, whether it has expired by now, and when it expires."""
+    if not key.startswith(KEY_PREFIX) or len(key) > 256:
+        raise _denied()
     row = await conn.one(
-        "SELECT k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload,"
+        "SELECT k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
         f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
         " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
         " a.preload AS agent_preload"
@@ -192,11 +226,11 @@ async def authenticate(conn: ReadConn, key: str) -> Principal:
         (key[:PREFIX_LEN],),
     )
     if row is None or not hmac.compare_digest(row["secret_hash"], _hash(key)):
-        raise denied
-    if row["revoked_at"] is not None or row["expired"]:
-        raise denied
+        raise _denied()
+    if row["revoked_at"] is not None:
+        raise _denied()
     preload = loads(row["key_preload"]) if row["key_preload"] is not None else loads(row["agent_preload"])
-    return Principal(
+    principal = Principal(
         user_id=int(row["user_id"]),
         name=row["name"],
         is_admin=bool(row["is_admin"]),
@@ -205,3 +239,4 @@ async def authenticate(conn: ReadConn, key: str) -> Principal:
         agent_name=row["agent_name"],
         preload=tuple(preload or ()),
     )
+    return principal, bool(row["expired"]), row["expires_at"]

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 import orjson
@@ -174,6 +174,8 @@ class Database:
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
         self._write_lock = asyncio.Lock()
+        self._probe: sqlean.Connection | None = None
+        self._memo: tuple[int | None, dict[Hashable, Any]] = (None, {})
 
     async def open(self, migrations_dir: Path, readers: int = READERS) -> None:
         from appliance.db.migrate import apply_migrations
@@ -186,6 +188,8 @@ class Database:
             await self._writer._execute(apply_migrations, self._writer._conn, migrations_dir)
             for _ in range(readers):
                 self._readers.put_nowait(await self._open_one(path, writer=False))
+            self._probe = _connect(path, writer=False)
+            self._probe.execute("PRAGMA busy_timeout = 0")  # it runs on the event loop
         except sqlean.DatabaseError as exc:
             await self.close()
             raise ConfigError(f"cannot open database {path}: {exc}") from None
@@ -199,6 +203,10 @@ class Database:
         return await conn
 
     async def close(self) -> None:
+        probe, self._probe = self._probe, None
+        if probe is not None:
+            probe.close()
+        self._memo = (None, {})
         conns, self._all = self._all, []
         for conn in conns:
             if conn._connection is not None:
@@ -220,6 +228,38 @@ class Database:
                 await self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
             except sqlean.OperationalError as exc:
                 log.warning("checkpoint skipped: %s", exc)
+
+    def memo(self) -> dict[Hashable, Any]:
+        """A scratch dict for this process that stays valid until the database changes.
+
+        Cleared whenever ``PRAGMA data_version`` moves, which it does after any commit by
+        any connection or process (the writer here, the CLI beside a serving appliance).
+        The probe runs on the event loop itself (a few µs, no thread hop), which is what
+        lets a call authenticate and resolve its tool without a hop to a reader when
+        nothing changed. A value read after ``memo()`` was taken is safe to store in it:
+        if the database moved meanwhile, the next ``memo()`` hands out a fresh dict.
+        """
+        version: int | None = None
+        if self._probe is not None:
+            try:
+                version = int(self._probe.execute("PRAGMA data_version").fetchone()[0])
+            except sqlean.Error as exc:
+                log.warning("data_version probe failed, memo skipped: %s", exc)
+        if version is None:
+            return {}  # unknown: nothing remembered is trusted
+        if self._memo[0] != version:
+            self._memo = (version, {})
+        return self._memo[1]
+
+    async def cached(self, key: Hashable, load: Callable[[ReadConn], Awaitable[T]]) -> T:
+        """``load`` on a reader, remembered under ``key`` until the database changes."""
+        memo = self.memo()
+        if key in memo:
+            return cast(T, memo[key])
+        async with self.read() as conn:
+            value = await load(conn)
+        memo[key] = value
+        return value
 
     @contextlib.asynccontextmanager
     async def read(self) -> AsyncIterator[ReadConn]:

@@ -41,12 +41,16 @@ async def resolve_tool(rt: Runtime, principal: Principal, name: str, *, project:
         raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
     if not isinstance(name, str) or not name or len(name) > 256:
         raise unknown_tool(str(name)[:80])
-    async with rt.db.read() as conn:
-        tools = await conn.batch(
+    # Remembered until the database changes (per caller, since the scope is the caller's):
+    # a steady stream of calls skips the reader hop.
+    tools: list[Tool] = await rt.db.cached(
+        ("tools_named", name, project, principal),
+        lambda conn: conn.batch(
             lambda r: store.tools_named_in(
                 r, [name], project=project, scope=visibility.scope_in(r, principal)
             )
-        )
+        ),
+    )
     if not tools:
         raise unknown_tool(name)
     if len(tools) > 1:
@@ -149,8 +153,9 @@ async def _call_mcp(
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
 ) -> CallResult:
-    async with rt.db.read() as conn:
-        connection = await store.toolkit_connection(conn, tool.toolkit_id)
+    connection = await rt.db.cached(
+        ("toolkit_connection", tool.toolkit_id), lambda conn: store.toolkit_connection(conn, tool.toolkit_id)
+    )
     if not connection:
         raise UpstreamError(
             f"toolkit {tool.toolkit!r} has no MCP connection configured", reason="no_upstream"

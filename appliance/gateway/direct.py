@@ -55,12 +55,15 @@ async def resolve_toolkit(
     rt: Runtime, principal: Principal, slug: str, *, project: str | None = None
 ) -> Toolkit:
     """The toolkit ``/mcp/<slug>`` serves, among those the caller sees (else: no such toolkit)."""
-    async with rt.db.read() as conn:
-        kits = await conn.batch(
+    # Remembered until the database changes, per caller (the scope is the caller's).
+    kits: list[Toolkit] = await rt.db.cached(
+        ("find_toolkits", slug, project, principal),
+        lambda conn: conn.batch(
             lambda r: store.find_toolkits_in(
                 r, slug, project=project, scope=visibility.scope_in(r, principal)
             )
-        )
+        ),
+    )
     if not kits:
         raise NotFound(f"no toolkit {slug!r}", field="toolkit")
     if len(kits) > 1:
@@ -75,10 +78,13 @@ async def resolve_toolkit(
 
 
 async def _tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[Tool]:
-    async with rt.db.read() as conn:
-        return await conn.batch(
+    tools: list[Tool] = await rt.db.cached(
+        ("tools_in_toolkit", kit.id, principal),
+        lambda conn: conn.batch(
             lambda r: store.tools_in_toolkit_in(r, kit.id, scope=visibility.scope_in(r, principal))
-        )
+        ),
+    )
+    return tools
 
 
 async def list_tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[dict[str, Any]]:

@@ -66,8 +66,7 @@ async def authenticate(request: Request, rt: Runtime) -> Principal:
     token = bearer_token(request)
     if token is None:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    async with rt.db.read() as conn:
-        return await keys.authenticate(conn, token)
+    return await keys.authenticate_cached(rt.db, token)
 
 
 async def require_admin(request: Request, rt: Runtime) -> Principal:
