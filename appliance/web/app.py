@@ -17,6 +17,7 @@ from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
 from appliance.web import admin, admin_access, admin_openapi, admin_sync, demo, mcp, sse
+from appliance.web.log_queue import LogQueue
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,11 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
             status=500,
         )
 
+    logs = LogQueue()  # log lines are written by a thread, never by the event loop
+
     @app.before_server_start
     async def open_runtime(app: Sanic) -> None:
+        logs.start()
         rt = Runtime(settings)
         await rt.open()
         app.ctx.rt = rt
@@ -86,6 +90,10 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         rt = getattr(app.ctx, "rt", None)
         if rt is not None:
             await rt.close()
+
+    @app.after_server_stop
+    async def flush_logs(app: Sanic) -> None:
+        logs.stop()
 
     # health probes (issue 3 item 7): routes, and the probe task, started once the server
     # serves; registered after close_runtime so that (stop listeners run in reverse order)
