@@ -17,6 +17,7 @@ never the query string (credentials may live there), and never a traceback.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import ssl
 import zlib
@@ -34,6 +35,9 @@ from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy, Resolver, host_port
 
 USER_AGENT = "toolspoke/0.1"
+# httpx logs every request at INFO with its full URL: the query string may carry a
+# credential, and a line per upstream request doubled the log's cost per call.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 # Only encodings we can decode with a bounded output; the caller cannot widen this.
 ACCEPT_ENCODING = "gzip, deflate"
 _MAX_LOCATION = 200

@@ -175,6 +175,7 @@ class Target:
 class Sample:
     rounds: list[list[float]] = field(default_factory=list)  # latencies (s), one list per round
     rates: list[float] = field(default_factory=list)  # calls/s, one per round
+    cpu: list[float] = field(default_factory=list)  # gateway CPU ms per call, one per round
     versions: set[str] = field(default_factory=set)
 
     @property
@@ -319,9 +320,21 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def timed(
-    kits: dict[str, Target], rounds: int, seconds: float, schema: dict[str, Any] | None
+    kits: dict[str, Target], rounds: int, seconds: float, schema: dict[str, Any] | None, pid: int
 ) -> dict[tuple[str, str, int], Sample]:
+    """Every path, era and client count, interleaved over ``rounds``.
+
+    Besides latency, the gateway's own CPU time per call (its process's user + system time
+    over the block, over the calls made): on a machine shared with other work, latency
+    moves with everyone's load, CPU per call much less.
+    """
     samples: dict[tuple[str, str, int], Sample] = {}
     for r in range(rounds):
         t0 = time.perf_counter()
@@ -331,10 +344,13 @@ async def timed(
                 try:
                     for concurrency in CONCURRENCY:
                         await pool.start(concurrency)  # c=1 runs with one client open, c=10 with ten
+                        cpu_before = cpu_seconds(pid)
                         latencies, rate = await measure(pool, concurrency, seconds)
+                        cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000 / max(1, len(latencies))
                         sample = samples.setdefault((path, mode, concurrency), Sample())
                         sample.rounds.append(latencies)
                         sample.rates.append(rate)
+                        sample.cpu.append(cpu_ms)
                         sample.versions |= pool.versions
                 finally:
                     await pool.close()
@@ -397,8 +413,11 @@ def import_mcp(app: Appliance, url: str, slug: str) -> None:
 
 def report(samples: dict[tuple[str, str, int], Sample], rounds: int) -> None:
     print(f"\nLatency per call (ms), pooled over {rounds} rounds; overhead = gateway p50 minus direct p50.\n")
-    print("| era | clients | path | negotiated | calls | p50 | p99 | overhead p50 | calls/s (median) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| era | clients | path | negotiated | calls | p50 | p99 | overhead p50 | calls/s (median) "
+        "| gateway CPU ms/call (median) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, era in ERAS.items():
         for concurrency in CONCURRENCY:
             base = pct(samples[("direct", mode, concurrency)].latencies, 0.5)
@@ -407,9 +426,11 @@ def report(samples: dict[tuple[str, str, int], Sample], rounds: int) -> None:
                 p50 = pct(s.latencies, 0.5)
                 negotiated = ", ".join(sorted(s.versions))
                 over = "—" if path == "direct" else f"{p50 - base:+.2f}"
+                cpu = "—" if path == "direct" else f"{statistics.median(s.cpu):.2f}"
                 print(
                     f"| {era} | {concurrency} | {path} | {negotiated} | {len(s.latencies)} | "
-                    f"{p50:.2f} | {pct(s.latencies, 0.99):.2f} | {over} | {statistics.median(s.rates):.0f} |"
+                    f"{p50:.2f} | {pct(s.latencies, 0.99):.2f} | {over} | {statistics.median(s.rates):.0f} "
+                    f"| {cpu} |"
                 )
     print("\nSummary, one client (the target: p50 overhead ≤ 2 ms):\n")
     print("| era | path | overhead p50 (ms) | overhead p99 (ms) | p50 overhead per round (ms) |")
@@ -460,7 +481,7 @@ def main() -> None:
             runner = asyncio.run(runner_of(app, "up__add"))
             schema = asyncio.run(output_schema(upstream_url))
             kits = targets(app, upstream_url, "up", runner)
-            samples = asyncio.run(timed(kits, args.rounds, args.seconds, schema))
+            samples = asyncio.run(timed(kits, args.rounds, args.seconds, schema, app.proc.pid))
             counted = targets(app, upstream_url, "upc", runner)
             at_import = proxy_counts(proxy_port)
             rows = asyncio.run(handshake_phase(counted, proxy_port, args.handshake_calls))
