@@ -5,10 +5,12 @@ never counted against rate limits, always through the egress guard, always with 
 
 - MCP over HTTP/SSE: ``ping`` (2025 era) or ``server/discover`` (2026-07-28) on the pooled
   session, opening it (``initialize``/``server/discover``) when there is none.
-- MCP over stdio: the supervisor's view of the child, without writing to it: a message
-  would restart the idle timer, so probing would keep every idle server alive forever. A
-  crashed child is restarted through the pool (its handshake is the probe), because a
-  broken toolkit refuses calls and nothing else would ever start it again.
+- MCP over stdio: the supervisor's view of the child first. A stopped child is not
+  started (that would keep every idle server alive forever); a running one gets a
+  ``ping`` on its pooled session that does not count as traffic for its idle timer, so a
+  child that runs but answers nothing (hung) turns degraded, then broken. A crashed child
+  is restarted through the pool (its handshake is the probe), because a broken toolkit
+  refuses calls and nothing else would ever start it again.
 - OpenAPI: DNS through the guard plus a bare TCP connect (``upstream/reach.py``); no HTTP
   request, because even a HEAD or GET may act, cost or count upstream.
 - Catalogue toolkits have no upstream: not probed.
@@ -30,7 +32,7 @@ from appliance.gateway.calls import pool_key
 from appliance.gateway.health_state import record
 from appliance.gateway.runtime import Runtime
 from appliance.models import Toolkit
-from appliance.upstream.health import HealthState, Outcome
+from appliance.upstream.health import Health, HealthState, Outcome
 from appliance.upstream.processes import State
 from appliance.upstream.reach import tcp_reachable
 
@@ -68,21 +70,54 @@ async def _probe_mcp_remote(rt: Runtime, key: str, connection: dict[str, Any]) -
     return rt.health.limits.classify(elapsed), f"answered in {elapsed:.2f} s"
 
 
-async def _probe_stdio(rt: Runtime, key: str, connection: dict[str, Any]) -> Verdict:
+async def _probe_stdio(rt: Runtime, kit_id: int, key: str, connection: dict[str, Any]) -> Verdict:
     process = rt.mcp.processes.get(key)
-    if process is None or process.state is State.STOPPED:
+    state = rt.health.get(kit_id)
+    broken = state is not None and state.health is Health.BROKEN
+    if (process is None or process.state is State.STOPPED) and not broken:
         return None  # never started, or stopped after idling: nothing is wrong
-    if process.state is State.STARTING:
+    if process is not None and process.state is State.STARTING:
         return Outcome.STARTING, "the stdio server is starting"
-    if process.state is State.RUNNING:
-        return Outcome.OK, "the stdio server is running"
-    crash = process.last_error.public_message if process.last_error else "the stdio server crashed"
+    if process is not None and process.state is State.RUNNING:
+        verdict = await _ping_stdio(rt, key)
+        if broken and verdict[0] is Outcome.FAIL:
+            # Still hung after it was found broken: stop it, so the next probe starts a
+            # fresh child (a broken toolkit refuses calls; nothing else would restart it).
+            await rt.mcp.discard(key)
+        return verdict
+    crash = "the stdio server crashed"
+    if process is not None and process.last_error is not None:
+        crash = process.last_error.public_message
     try:
         # Restart through the pool (within its crash back-off); the handshake is the probe.
         await rt.mcp.session(key, connection, timeout_s=rt.settings.health_timeout_s)
     except UpstreamError as exc:
         return _failure(exc) if exc.reason == "ssrf_blocked" else (Outcome.FAIL, crash)
     return Outcome.OK, "the stdio server was restarted and answered"
+
+
+async def _ping_stdio(rt: Runtime, key: str) -> tuple[Outcome, str]:
+    """A running child may still be hung: ``ping`` it through its pooled session.
+
+    The ping and its answer do not restart the idle timer (``StdioTransport``), so an idle
+    server still stops. No answer within ``health_timeout_s`` is a failure; an error
+    answer (a server without ``ping``) is still an answer.
+    """
+    session = rt.mcp.pooled(key)
+    if session is None:
+        return Outcome.OK, "the stdio server is running"
+    timeout = rt.settings.health_timeout_s
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        await session.ping(timeout_s=timeout)
+    except UpstreamError as exc:
+        if exc.reason == "upstream_timeout":
+            return Outcome.FAIL, f"the stdio server is running but did not answer a ping within {timeout:g} s"
+        if exc.reason != "upstream_error":
+            return Outcome.FAIL, exc.public_message
+    elapsed = loop.time() - started
+    return rt.health.limits.classify(elapsed), f"the stdio server answered a ping in {elapsed:.2f} s"
 
 
 async def _verdict(rt: Runtime, kit: Toolkit) -> Verdict:
@@ -93,7 +128,7 @@ async def _verdict(rt: Runtime, kit: Toolkit) -> Verdict:
             return None
         key = pool_key(kit.project, kit.slug)
         if connection.get("transport") == "stdio":
-            return await _probe_stdio(rt, key, connection)
+            return await _probe_stdio(rt, kit.id, key, connection)
         return await _probe_mcp_remote(rt, key, connection)
     if kit.source_kind == "openapi" and kit.base_url:
         loop = asyncio.get_running_loop()

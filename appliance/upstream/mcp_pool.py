@@ -133,6 +133,11 @@ class McpPool:
             self._sessions[key] = (session, dict(connection))
             return session
 
+    def pooled(self, key: str) -> McpSession | None:
+        """The live pooled session of ``key``, if there is one (never opens one)."""
+        held = self._sessions.get(key)
+        return held[0] if held is not None and not held[0].is_closed else None
+
     async def call_tool(
         self,
         key: str,

@@ -20,6 +20,7 @@ from appliance.upstream.mcp_session import McpSession
 from appliance.upstream.processes import StdioProcess
 
 log = logging.getLogger(__name__)
+_PROBES = ("ping", "server/discover")
 
 
 class StdioTransport:
@@ -30,6 +31,9 @@ class StdioTransport:
         self.process = process
         self._session: McpSession | None = None
         self._reader: asyncio.Task[None] | None = None
+        # Liveness checks in flight (``ping``/``server/discover`` ids): neither they nor
+        # their answers count as traffic, or health probes would keep idle servers alive.
+        self._probes: set[Any] = set()
 
     async def start(self, session: McpSession) -> None:
         self._session = session
@@ -39,18 +43,38 @@ class StdioTransport:
     async def _pump(self, session: McpSession) -> None:
         try:
             while True:
-                line = await self.process.read_line()
+                line = await self.process.read_line(touch=False)
                 try:
                     message: Any = orjson.loads(line)
                 except orjson.JSONDecodeError:
+                    self.process.touch()
                     log.warning("stdio upstream wrote a line that is not JSON; dropped")
                     continue
+                if not self._answers_probe(message):
+                    self.process.touch()
                 session.deliver(message)
         except UpstreamError as exc:
             session.closed(exc)
 
+    def _answers_probe(self, message: Any) -> bool:
+        if not isinstance(message, dict) or "method" in message or message.get("id") not in self._probes:
+            return False
+        self._probes.discard(message["id"])
+        return True
+
+    def _is_probe(self, message: dict[str, Any]) -> bool:
+        if message.get("method") in _PROBES and "id" in message:
+            self._probes.add(message["id"])
+            return True
+        if message.get("method") == "notifications/cancelled":
+            abandoned = (message.get("params") or {}).get("requestId")
+            if abandoned in self._probes:
+                self._probes.discard(abandoned)
+                return True
+        return False
+
     async def send(self, message: dict[str, Any], *, timeout_s: float | None = None) -> None:
-        await self.process.write_line(orjson.dumps(message))
+        await self.process.write_line(orjson.dumps(message), touch=not self._is_probe(message))
 
     def negotiated(self, version: str, *, modern: bool) -> None:
         """Nothing to do: stdio carries no per-era headers."""

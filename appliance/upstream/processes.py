@@ -514,8 +514,10 @@ class StdioProcess:
         self._record_failure(error, ran_for=0.0)
         raise error
 
-    async def write_line(self, line: bytes) -> None:
+    async def write_line(self, line: bytes, *, touch: bool = True) -> None:
         """Send one message (a trailing newline is added), bounded by ``write_timeout_s``.
+
+        ``touch=False``: not traffic for the idle timer (a health probe's ``ping``).
 
         A child that stops reading its stdin fills the pipe; past the deadline it is
         recycled and the caller gets ``upstream_timeout``, so the event loop never blocks.
@@ -533,7 +535,8 @@ class StdioProcess:
                 if not isinstance(pipe, asyncio.WriteTransport):
                     raise UpstreamError(f"stdio server {self.name!r} has no stdin")
                 pipe.write(line + b"\n")
-                self.touch()
+                if touch:
+                    self.touch()
                 await child.writable.wait()
                 self._check(child)
         except TimeoutError:
@@ -545,8 +548,10 @@ class StdioProcess:
             child.fail(error)
             raise child.error or error from None
 
-    async def read_line(self) -> bytes:
+    async def read_line(self, *, touch: bool = True) -> bytes:
         """The next JSON-looking stdout line (without its newline).
+
+        ``touch=False``: the caller decides whether the line was traffic (see ``touch``).
 
         Raises ``UpstreamError`` once the child is over: ``upstream_unavailable`` after a crash
         or stop (within about a second of the exit), ``upstream_too_large`` after an
@@ -556,7 +561,8 @@ class StdioProcess:
         while True:
             line = child.take_line()
             if line is not None:
-                self.touch()
+                if touch:
+                    self.touch()
                 return line
             self._check(child)
             await child.readable.wait()

@@ -29,6 +29,7 @@ from tests.support.peers import UPSTREAM, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
+HANGING = Path(__file__).resolve().parents[1] / "support" / "hanging_stdio.py"
 HEALTH_ENV = {
     "TOOLSPOKE_HEALTH_INTERVAL_S": "0.2",
     "TOOLSPOKE_HEALTH_TIMEOUT_S": "2",
@@ -119,6 +120,10 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
+def logged(line: str, app: Appliance) -> None:
+    wait_for(repr(line), lambda: line in "".join(app.output), timeout=10)
+
+
 def call(app: Appliance, name: str, arguments: dict[str, Any]) -> Any:
     async def scenario() -> Any:
         async with connect(app) as client:
@@ -152,9 +157,9 @@ def test_a_stopped_upstream_turns_degraded_then_broken_refuses_calls_at_once_and
             assert health_of(app, "demo")["health"] == "active"  # OpenAPI: DNS + TCP connect
 
         wait_for("broken", lambda: health_of(app, "hup")["health"] == "broken")
-        log = "".join(app.output)
-        assert "health default.hup: active -> degraded" in log
-        assert "health default.hup: degraded -> broken" in log
+        # Log lines are written by a thread a moment after the transition they report.
+        logged("health default.hup: active -> degraded", app)
+        logged("health default.hup: degraded -> broken", app)
         row = health_of(app, "hup")
         assert "4 checks in a row failed" in row["reason"] and row["since"]
 
@@ -171,7 +176,7 @@ def test_a_stopped_upstream_turns_degraded_then_broken_refuses_calls_at_once_and
 
         with upstream(port, proxy_port, tmp_path / "up2.log", methods):
             wait_for("active again", lambda: health_of(app, "hup")["health"] == "active")
-            assert "health default.hup: broken -> active" in "".join(app.output)
+            logged("health default.hup: broken -> active", app)
             assert call(app, "hup__add", {"a": 4, "b": 5}).structured_content == {"result": 9}
             assert admin(app, "POST", "/api/v1/toolkits/hup/probe")["health"] == "active"
 
@@ -193,3 +198,59 @@ def test_health_routes_need_an_admin_key_and_name_unknown_toolkits(tmp_path: Pat
         missing.value.close()
         demo = admin(app, "POST", "/api/v1/toolkits/demo/probe")
         assert demo["probed"] is True and demo["health"] == "active"
+
+
+def test_a_running_but_silent_stdio_child_turns_broken_and_a_fresh_one_brings_it_back(
+    tmp_path: Path,
+) -> None:
+    env = {**HEALTH_ENV, "TOOLSPOKE_HEALTH_TIMEOUT_S": "0.5"}
+    with running_appliance(tmp_path / "data", env=env) as app:
+        done = cli(
+            app.data_dir, "import", "mcp", "--json", "--slug", "hang", "--", sys.executable, str(HANGING)
+        )
+        assert done.returncode == 0, done.stderr
+        assert call(app, "use_tool", {"tool": "hang__hello", "input": {}}).content[0].text == "hello: ok"
+        assert health_of(app, "hang")["health"] == "active"
+
+        frozen = call(app, "use_tool", {"tool": "hang__freeze", "input": {}})
+        assert frozen.content[0].text == "freeze: ok"  # its last answer; the process runs on
+        wait_for("broken", lambda: health_of(app, "hang")["health"] == "broken")
+        logged("health default.hang: active -> degraded", app)
+        assert "did not answer a ping" in health_of(app, "hang")["reason"]
+        refused = call(app, "use_tool", {"tool": "hang__hello", "input": {}})
+        assert refused.is_error is True and refused.meta["toolspoke/reason"] == "upstream_broken"
+
+        # Still silent once broken: the probes stop it and start a fresh child, which answers.
+        wait_for("active again", lambda: health_of(app, "hang")["health"] == "active")
+        assert call(app, "use_tool", {"tool": "hang__hello", "input": {}}).content[0].text == "hello: ok"
+
+
+def _children_running(app: Appliance, script: Path) -> list[int]:
+    """Pids of the appliance's children whose command line names ``script``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        if ppid == app.proc.pid and str(script).encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+def test_pings_to_a_running_stdio_child_do_not_keep_it_from_stopping_when_idle(tmp_path: Path) -> None:
+    env = {**HEALTH_ENV, "TOOLSPOKE_STDIO_IDLE_S": "1.5"}
+    with running_appliance(tmp_path / "data", env=env) as app:
+        done = cli(
+            app.data_dir, "import", "mcp", "--json", "--slug", "idle", "--", sys.executable, str(HANGING)
+        )
+        assert done.returncode == 0, done.stderr
+        assert call(app, "use_tool", {"tool": "idle__hello", "input": {}}).content[0].text == "hello: ok"
+        assert _children_running(app, HANGING)
+        # Probes ping it every 0.2 s; none of that is traffic, so it stops after 1.5 s idle.
+        wait_for("the idle child to stop", lambda: not _children_running(app, HANGING), timeout=20)
+        logged("stdio default.idle: no traffic for 1.5s, stopping", app)
+        assert health_of(app, "idle")["health"] == "active"
