@@ -200,16 +200,19 @@ def test_health_routes_need_an_admin_key_and_name_unknown_toolkits(tmp_path: Pat
         assert demo["probed"] is True and demo["health"] == "active"
 
 
+def import_hanging(app: Appliance, slug: str) -> None:
+    """Import ``tests/support/hanging_stdio.py`` as a stdio toolkit and call it once (it runs)."""
+    done = cli(app.data_dir, "import", "mcp", "--json", "--slug", slug, "--", sys.executable, str(HANGING))
+    assert done.returncode == 0, done.stderr
+    assert call(app, "use_tool", {"tool": f"{slug}__hello", "input": {}}).content[0].text == "hello: ok"
+
+
 def test_a_running_but_silent_stdio_child_turns_broken_and_a_fresh_one_brings_it_back(
     tmp_path: Path,
 ) -> None:
     env = {**HEALTH_ENV, "TOOLSPOKE_HEALTH_TIMEOUT_S": "0.5"}
     with running_appliance(tmp_path / "data", env=env) as app:
-        done = cli(
-            app.data_dir, "import", "mcp", "--json", "--slug", "hang", "--", sys.executable, str(HANGING)
-        )
-        assert done.returncode == 0, done.stderr
-        assert call(app, "use_tool", {"tool": "hang__hello", "input": {}}).content[0].text == "hello: ok"
+        import_hanging(app, "hang")
         assert health_of(app, "hang")["health"] == "active"
 
         frozen = call(app, "use_tool", {"tool": "hang__freeze", "input": {}})
@@ -244,11 +247,7 @@ def _children_running(app: Appliance, script: Path) -> list[int]:
 def test_pings_to_a_running_stdio_child_do_not_keep_it_from_stopping_when_idle(tmp_path: Path) -> None:
     env = {**HEALTH_ENV, "TOOLSPOKE_STDIO_IDLE_S": "1.5"}
     with running_appliance(tmp_path / "data", env=env) as app:
-        done = cli(
-            app.data_dir, "import", "mcp", "--json", "--slug", "idle", "--", sys.executable, str(HANGING)
-        )
-        assert done.returncode == 0, done.stderr
-        assert call(app, "use_tool", {"tool": "idle__hello", "input": {}}).content[0].text == "hello: ok"
+        import_hanging(app, "idle")
         assert _children_running(app, HANGING)
         # Probes ping it every 0.2 s; none of that is traffic, so it stops after 1.5 s idle.
         wait_for("the idle child to stop", lambda: not _children_running(app, HANGING), timeout=20)
