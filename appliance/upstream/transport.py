@@ -41,11 +41,14 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 # Only encodings we can decode with a bounded output; the caller cannot widen this.
 ACCEPT_ENCODING = "gzip, deflate"
 _MAX_LOCATION = 200
-# Kept-alive connections: routes (hostname + checked address) remembered, idle connections
-# per route, and how long an idle one is kept: below the 5 s idle timeout of Node and
-# uvicorn servers, so we do not send on a connection the server is closing.
+# Kept-alive connections: routes (hostname + checked address) remembered; idle connections
+# per route, few because httpcore's pool re-examines every kept connection on each request
+# and release (a readiness syscall and a scan of the pool per idle one: with 50 clients and
+# 16 kept, a call cost more CPU than the connects saved); and how long an idle one is kept:
+# below the 5 s idle timeout of Node and uvicorn servers, so we do not send on a connection
+# the server is closing.
 MAX_ROUTES = 64
-KEEPALIVE_PER_ROUTE = 32
+KEEPALIVE_PER_ROUTE = 4
 KEEPALIVE_EXPIRY_S = 3.0
 # cookie-octet characters (RFC 6265) kept as they are; everything else is percent-encoded.
 _COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
