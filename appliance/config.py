@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import ConfigError
+from appliance.secret import Secret
 
 
 def _bool(raw: Any) -> bool:
@@ -109,6 +110,14 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "Admin API key that `init` installs instead of generating one (for automation). "
         "Stored hashed; never printed back.",
+    ),
+    Setting(
+        "master_key",
+        "TOOLSPOKE_MASTER_KEY",
+        None,
+        lambda v: Secret(str(v).strip()),
+        "The vault's master key (64 hex characters) instead of the `master.key` file in the data "
+        "dir. When the vault holds secrets, a missing, malformed or wrong key stops start-up.",
     ),
     Setting(
         "api_key",
@@ -321,6 +330,7 @@ class Settings:
     host: str
     port: int
     admin_key: str | None
+    master_key: Secret | None
     api_key: str | None
     allowed_origins: tuple[str, ...]
     allowed_hosts: tuple[str, ...]

@@ -1,0 +1,143 @@
+"""The master key and the versioned data keys it wraps.
+
+Envelope encryption, after HashiCorp Vault Transit (anchor A12): secrets are sealed under a
+random *data key* of some version; each data key is stored in ``vault_keys`` sealed under
+the *master key* (the 0600 file in the data dir, or ``TOOLSPOKE_MASTER_KEY``). Rotation adds
+a version and re-seals every secret under it; retiring a version destroys its wrapped key,
+so even a backup taken before the rotation no longer opens with the master key alone.
+
+Start-up rule: when the vault holds keys, the master key must open every live one. A
+missing, malformed or wrong key is a ``ConfigError`` (the CLI exits 2) and nothing is
+written; a new key file is created only while the vault is empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from appliance.config import Settings
+from appliance.db import Database, ReadConn, WriteTx
+from appliance.errors import ConfigError
+from appliance.vault.crypto import Sealer, SealError, blob_version, context, new_key, parse_master_key
+
+log = logging.getLogger(__name__)
+
+# The master key seals data keys only; this label is its blob header, not a rotation number.
+_KEK_LABEL = 1
+
+
+def read_master_key(settings: Settings) -> tuple[bytes | None, str]:
+    """The master key and where it came from; (None, where) when there is none."""
+    if settings.master_key is not None:
+        try:
+            return parse_master_key(settings.master_key.reveal()), "TOOLSPOKE_MASTER_KEY"
+        except ValueError:
+            raise ConfigError(
+                "TOOLSPOKE_MASTER_KEY is malformed (expected 64 hex characters)", field="master_key"
+            ) from None
+    path = settings.master_key_path
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, str(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot read master key file {path}: {exc.strerror}") from None
+    try:
+        key = parse_master_key(text)
+    except ValueError:
+        raise ConfigError(f"master key file {path} is malformed (expected 64 hex characters)") from None
+    if path.stat().st_mode & 0o077:
+        log.warning("master key file %s is readable by others; chmod 600 it", path)
+    return key, str(path)
+
+
+def _create_key_file(path: Path) -> bytes:
+    key = new_key()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex() + "\n")
+    return key
+
+
+class Vault:
+    """Seals and opens secrets; holds the master key and the data keys it has opened."""
+
+    def __init__(self, master: bytes) -> None:
+        self._kek = Sealer(master, _KEK_LABEL)
+        self._keys: dict[int, Sealer] = {}
+
+    def __repr__(self) -> str:
+        return f"Vault(versions={sorted(self._keys)})"
+
+    @classmethod
+    async def open(cls, db: Database, settings: Settings) -> Vault:
+        """The vault of an open database, its master key checked against every live key."""
+        master, where = read_master_key(settings)
+        async with db.read() as conn:
+            rows = await conn.all("SELECT version, wrapped FROM vault_keys WHERE wrapped IS NOT NULL")
+        if master is None:
+            if rows:
+                raise ConfigError(
+                    f"the vault holds secrets but there is no master key ({where} is missing and "
+                    "TOOLSPOKE_MASTER_KEY is not set); restore the key file, or set the variable. "
+                    "No new key was created, because it could not open the stored secrets."
+                )
+            master = _create_key_file(settings.master_key_path)
+        vault = cls(master)
+        for row in rows:
+            try:
+                vault._unwrap(int(row["version"]), bytes(row["wrapped"]))
+            except SealError:
+                raise ConfigError(
+                    f"the master key from {where} does not open this vault (data key version "
+                    f"{row['version']}); it is the wrong key. Nothing was changed."
+                ) from None
+        return vault
+
+    def _unwrap(self, version: int, wrapped: bytes) -> Sealer:
+        key = self._kek.open(wrapped, context("vault_keys", version, "key"))
+        sealer = Sealer(key, version)
+        self._keys[version] = sealer
+        return sealer
+
+    async def _sealer(self, conn: ReadConn, version: int) -> Sealer:
+        held = self._keys.get(version)
+        if held is not None:
+            return held
+        # A version another process added (``vault rotate`` beside a serving appliance).
+        row = await conn.one("SELECT wrapped FROM vault_keys WHERE version = ?", (version,))
+        if row is None or row["wrapped"] is None:
+            raise SealError(f"key version {version} is unknown or retired")
+        return self._unwrap(version, bytes(row["wrapped"]))
+
+    async def primary(self, tx: WriteTx) -> Sealer:
+        """The newest live data key; the first one is made on the first seal."""
+        row = await tx.one("SELECT MAX(version) AS v FROM vault_keys WHERE wrapped IS NOT NULL")
+        if row is None or row["v"] is None:
+            return await self.add_version(tx)
+        return await self._sealer(tx, int(row["v"]))
+
+    async def add_version(self, tx: WriteTx) -> Sealer:
+        """A new data key version, newer than any ever made (retired ones included)."""
+        row = await tx.one("SELECT COALESCE(MAX(version), 0) + 1 AS v FROM vault_keys")
+        version = int(row["v"])
+        key = new_key()
+        wrapped = self._kek.seal(key, context("vault_keys", version, "key"))
+        await tx.run("INSERT INTO vault_keys (version, wrapped) VALUES (?, ?)", (version, wrapped))
+        sealer = Sealer(key, version)
+        self._keys[version] = sealer
+        return sealer
+
+    async def seal(self, tx: WriteTx, plaintext: bytes, ctx: bytes) -> tuple[int, bytes]:
+        sealer = await self.primary(tx)
+        return sealer.version, sealer.seal(plaintext, ctx)
+
+    async def open_blob(self, conn: ReadConn, blob: bytes, ctx: bytes) -> bytes:
+        """The plaintext of ``blob`` bound to ``ctx``; SealError when it does not open."""
+        sealer = await self._sealer(conn, blob_version(bytes(blob)))
+        return sealer.open(bytes(blob), ctx)
+
+    def forget(self, version: int) -> None:
+        self._keys.pop(version, None)
