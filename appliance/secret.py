@@ -7,8 +7,13 @@ calls ``reveal()``.
 
 from __future__ import annotations
 
+import base64
 import hmac
+import json
+import re
+from collections.abc import Iterable
 from typing import Any, NoReturn
+from urllib.parse import quote, quote_plus
 
 REDACTED = "[redacted]"
 
@@ -59,3 +64,64 @@ class Secret:
 
     def __copy__(self) -> Secret:
         return self
+
+
+# Forms shorter than this are not searched for: redacting every "ab" in a body would
+# destroy answers, and a secret that short is not one (the vault refuses such values).
+MIN_FORM = 6
+
+
+def secret_forms(value: str) -> set[str]:
+    """The ways a secret can come back in text: as is, URL-encoded, base64, hex, JSON-escaped."""
+    raw = value.encode()
+    b64 = base64.b64encode(raw).decode()
+    forms = {
+        value,
+        quote(value, safe=""),
+        quote_plus(value),
+        quote(value, safe="/:@!$&'()*+,;=-._~"),
+        b64,
+        b64.rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        raw.hex(),
+        raw.hex().upper(),
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+    }
+    return {f for f in forms if len(f) >= MIN_FORM}
+
+
+class Redactor:
+    """Replaces every known form of some secrets with ``[redacted]`` in text and JSON values."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        forms: set[str] = set()
+        for v in values:
+            if v:
+                forms |= secret_forms(v)
+        # Longest first, so a form that contains another is replaced whole.
+        ordered = sorted(forms, key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(f) for f in ordered)) if ordered else None
+        self.hits = 0
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def text(self, value: str) -> str:
+        if self._pattern is None or not value:
+            return value
+        out, n = self._pattern.subn(REDACTED, value)
+        self.hits += n
+        return out
+
+    def value(self, obj: Any) -> Any:
+        """``obj`` with every string (keys included) redacted; other values unchanged."""
+        if self._pattern is None:
+            return obj
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return [self.value(v) for v in obj]
+        return obj

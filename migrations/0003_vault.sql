@@ -11,7 +11,7 @@ CREATE TABLE vault_keys (
 CREATE TABLE secrets (
     toolkit_id  INTEGER PRIMARY KEY REFERENCES toolkits(id) ON DELETE CASCADE,
     scheme      TEXT NOT NULL
-        CHECK (scheme IN ('bearer', 'header', 'query', 'cookie', 'basic', 'oauth2')),
+        CHECK (scheme IN ('bearer', 'header', 'query', 'cookie', 'basic', 'oauth2', 'env')),
     settings    TEXT NOT NULL DEFAULT '{}',    -- JSON, not secret: header/query/cookie name, token URL, scope
     key_version INTEGER NOT NULL REFERENCES vault_keys(version),
     blob        BLOB NOT NULL,                 -- vault blob (crypto.py), bound to (secrets, toolkit_id, credential)

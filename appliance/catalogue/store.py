@@ -327,3 +327,20 @@ def tools_in_toolkit_in(conn: SyncReader, toolkit_id: int, *, scope: Scope | Non
 
 async def tools_in_toolkit(conn: ReadConn, toolkit_id: int, *, scope: Scope | None = None) -> list[Tool]:
     return await conn.batch(lambda r: tools_in_toolkit_in(r, toolkit_id, scope=scope))
+
+
+async def toolkit_egress(conn: ReadConn, toolkit_id: int) -> dict[str, Any]:
+    """What credentials and caps need of a toolkit: its security schemes and byte cap."""
+    row = await conn.one("SELECT meta, max_response_bytes FROM toolkits WHERE id = ?", (toolkit_id,))
+    if row is None:
+        return {"security_schemes": {}, "max_response_bytes": None}
+    meta = loads(row["meta"]) or {}
+    schemes = meta.get("security_schemes") if isinstance(meta, dict) else None
+    return {
+        "security_schemes": schemes if isinstance(schemes, dict) else {},
+        "max_response_bytes": row["max_response_bytes"],
+    }
+
+
+async def set_max_response_bytes(tx: WriteTx, toolkit_id: int, value: int | None) -> None:
+    await tx.run("UPDATE toolkits SET max_response_bytes = ? WHERE id = ?", (value, toolkit_id))

@@ -13,6 +13,7 @@ from typing import Any
 from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
+from appliance.gateway import credentials
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -91,14 +92,18 @@ async def call_tool(
         check_runner(tool, runner)
     validate_arguments(tool.input_schema, arguments)
     started = time.perf_counter()
+    prepared: credentials.PreparedCall | None = None
     try:
-        result = await _dispatch(rt, tool, arguments, on_progress, on_log)
+        prepared = await credentials.prepare(rt, tool)  # the vault's credential and the byte cap
+        result = await _dispatch(rt, tool, arguments, on_progress, on_log, prepared=prepared)
     except UpstreamError as exc:
         result = CallResult(
             content=[{"type": "text", "text": exc.public_message}],
             is_error=True,
             meta={"reason": exc.reason, **exc.data},
         )
+    if prepared is not None:
+        result = prepared.redact(result)  # an upstream echoing our secret never shows it
     log.info(
         "call tool=%s key=%s outcome=%s ms=%.1f",
         tool.name,
@@ -115,9 +120,11 @@ async def _dispatch(
     arguments: dict[str, Any],
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
+    *,
+    prepared: credentials.PreparedCall,
 ) -> CallResult:
     if tool.source_kind == "mcp":
-        return await _call_mcp(rt, tool, arguments, on_progress, on_log)
+        return await _call_mcp(rt, tool, arguments, on_progress, on_log, prepared=prepared)
     if tool.source_kind == "catalog" or tool.binding is None:
         raise UpstreamError(
             f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "
@@ -135,7 +142,8 @@ async def _dispatch(
         binding=tool.binding,
         arguments=arguments,
         timeout_s=rt.settings.upstream_timeout_s,
-        max_bytes=rt.settings.upstream_max_bytes,
+        max_bytes=prepared.max_bytes,
+        authorizer=prepared.authorizer,
     )
 
 
@@ -152,6 +160,8 @@ async def _call_mcp(
     arguments: dict[str, Any],
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
+    *,
+    prepared: credentials.PreparedCall,
 ) -> CallResult:
     connection = await rt.db.cached(
         ("toolkit_connection", tool.toolkit_id), lambda conn: store.toolkit_connection(conn, tool.toolkit_id)
@@ -160,6 +170,8 @@ async def _call_mcp(
         raise UpstreamError(
             f"toolkit {tool.toolkit!r} has no MCP connection configured", reason="no_upstream"
         )
+    if prepared.auth is not None:
+        connection = {**connection, "auth": prepared.auth}  # opened for this call, never stored
     async with watched(rt, tool):  # health: refuse at once when broken; feed the outcome
         raw = await rt.mcp.call_tool(
             pool_key(tool),

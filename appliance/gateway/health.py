@@ -28,6 +28,7 @@ from typing import Any
 
 from appliance.catalogue import store
 from appliance.errors import NotFound, UpstreamError
+from appliance.gateway import credentials
 from appliance.gateway.calls import pool_key
 from appliance.gateway.health_state import record
 from appliance.gateway.runtime import Runtime
@@ -126,6 +127,11 @@ async def _verdict(rt: Runtime, kit: Toolkit) -> Verdict:
             connection = await store.toolkit_connection(conn, kit.id)
         if not connection:
             return None
+        # The same connection calls use (credential included), so the pooled session is shared.
+        try:
+            connection = await credentials.connection_with_auth(rt, kit.id, connection)
+        except UpstreamError as exc:  # an undecryptable credential: broken until set again
+            return Outcome.FATAL, exc.public_message
         key = pool_key(kit.project, kit.slug)
         if connection.get("transport") == "stdio":
             return await _probe_stdio(rt, kit.id, key, connection)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.errors import ImportFailed, UpstreamError
+from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, ToolkitDraft
 from appliance.search import fts
@@ -101,6 +103,7 @@ async def _store(
     *,
     approve_new: bool = False,
     importer: Principal | None = None,
+    credential: CredentialInput | None = None,
 ) -> bool:
     # approve_new: the tools wait as `pending` for an owner's approval, so they stay out of
     # the search index (it holds active tools only) until approved.
@@ -113,6 +116,8 @@ async def _store(
         if importer is not None and not existed:
             # A new toolkit belongs to whoever imported it (the CLI's: the platform's).
             await grants.set_owner(tx, kit_id, None if importer.operator else importer.user_id)
+        if credential is not None:  # sealed in the same transaction: all or nothing
+            await store_credential(tx, rt, kit_id, credential)
         if removed:
             await fts.unindex(tx, removed)
         if approve_new:
@@ -258,18 +263,26 @@ async def import_mcp(
     dry_run: bool = False,
     replace: bool = False,
     approve_new: bool = False,
+    credential: Mapping[str, Any] | None = None,
 ) -> ImportReport:
     """Connect, list the server's tools, and store them with how to reach the server.
 
     ``approve_new``: store the tools ``pending`` (invisible to agents until approved, see
-    ``gateway/sync.approve``) instead of ``active``.
+    ``gateway/sync.approve``) instead of ``active``. ``credential`` (an admin API body's
+    ``auth``: scheme bearer, header or basic; env for stdio) is used to connect and sealed
+    in the vault with the toolkit; it is never stored in the connection or reported.
     """
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
     _check_connection(rt, f"{project}.{slug}", connection)
+    cred = None
+    if credential is not None:
+        cred = parse_credential(rt, credential, kind=connection["transport"])
+        cred_auth = to_auth(cred.scheme, cred.settings, cred.plain())
     timeout = rt.settings.upstream_timeout_s
-    async with rt.mcp.temporary(connection, timeout_s=timeout) as session:
+    live = connection if cred is None else {**connection, "auth": cred_auth}
+    async with rt.mcp.temporary(live, timeout_s=timeout) as session:
         tools = await session.list_tools(timeout_s=timeout)
         info = session.server_info
         instructions = session.instructions or ""
@@ -290,8 +303,12 @@ async def import_mcp(
     report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")
+    if cred is not None:
+        report.notes.append(f"credential ({cred.scheme}) {'checked' if dry_run else 'sealed in the vault'}")
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace, approve_new=approve_new)
+        report.replaced = await _store(rt, draft, project, replace, approve_new=approve_new, credential=cred)
+        if cred is not None:
+            await rt.mcp.discard(f"{project}.{slug}")  # a pooled session with the old credential
     report.seconds = time.perf_counter() - started
     return report
 

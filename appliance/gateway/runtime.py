@@ -15,6 +15,7 @@ from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
 from appliance.upstream.health import HealthBook, thresholds_from
 from appliance.upstream.mcp_pool import McpPool
+from appliance.upstream.oauth import TokenCache
 from appliance.upstream.processes import ProcessRegistry, StdioPolicy
 from appliance.upstream.transport import Egress
 from appliance.vault.keyring import Vault
@@ -51,6 +52,7 @@ class Runtime:
             stdio_start_timeout_s=settings.stdio_start_timeout_s,
             client_info={"name": "toolspoke", "version": __version__},
         )
+        self.tokens = TokenCache()  # OAuth access tokens per toolkit (gateway/credentials.py)
         self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
         self._vault: Vault | None = None

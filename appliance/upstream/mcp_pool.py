@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from appliance.errors import InvalidParams, UpstreamError
+from appliance.upstream.auth import UpstreamAuth
 from appliance.upstream.mcp_http import connect_http, connect_sse
 from appliance.upstream.mcp_session import LogRelay, McpSession, ProgressCallback
 from appliance.upstream.mcp_stdio import StdioTransport
@@ -61,6 +62,9 @@ class McpPool:
     ) -> McpSession:
         transport = connection.get("transport")
         options = self._session_options(key, pooled)
+        # The toolkit's opened vault credential, if any (never part of the stored connection).
+        auth = connection.get("auth")
+        auth = auth if isinstance(auth, UpstreamAuth) else None
         if transport == "stdio":
             spec = StdioSpec(
                 command=str(connection.get("command", "")),
@@ -69,6 +73,7 @@ class McpPool:
                 cwd=str(connection.get("cwd") or ""),
                 idle_timeout_s=self.stdio_idle_s,
                 start_timeout_s=self.stdio_start_timeout_s,
+                secret_env=dict(auth.env) if auth is not None else {},
             )
             process = await self.processes.put(key, spec)
             await self._wait_out_backoff(process, timeout_s)
@@ -82,6 +87,8 @@ class McpPool:
             return session
         url = str(connection.get("url", ""))
         headers = dict(connection.get("headers") or {})
+        if auth is not None:
+            headers.update(auth.static_headers())
         if transport in ("http", "sse"):
             # http falls back to legacy SSE by itself; "sse" is for URLs known to be legacy.
             connect = connect_http if transport == "http" else connect_sse

@@ -20,6 +20,7 @@ import orjson
 
 from appliance.errors import ArgumentsInvalid, UpstreamError
 from appliance.models import CallResult
+from appliance.upstream.auth import Authorizer, Placement
 from appliance.upstream.transport import Egress, HttpResponse
 
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
@@ -60,12 +61,16 @@ async def call_operation(
     timeout_s: float,
     max_bytes: int,
     extra_headers: dict[str, str] | None = None,
+    authorizer: Authorizer | None = None,
 ) -> CallResult:
     """Build the request, send it through ``egress`` and turn the answer into a CallResult.
 
     Raises ArgumentsInvalid for an argument that cannot be sent (naming it) and
     UpstreamError for transport failures or a missing base URL (reason no_upstream). An
     HTTP error status is not raised: it becomes ``is_error=True`` with the status in meta.
+    ``authorizer`` places the toolkit's credential; the owner's credential always wins over
+    an agent's header, query parameter or cookie of the same name. An OAuth credential is
+    refreshed once, and the request sent once more, when the upstream answers 401.
     """
     base = _base(binding.get("base_url") or base_url)
     params = [p for p in binding.get("params") or () if isinstance(p, Mapping)]
@@ -76,7 +81,6 @@ async def call_operation(
     query: list[tuple[str, str]] = [(k, v) for k, v in base.params.multi_items()]
     headers: dict[str, str] = {}
     cookies: dict[str, str] = {}
-    owner_headers = {k.lower() for k in (extra_headers or {})}
     for p in params:
         arg, name, location = str(p.get("arg")), str(p.get("name")), p.get("location")
         if location == "path" or arguments.get(arg) is None:
@@ -89,25 +93,35 @@ async def call_operation(
                 raise ArgumentsInvalid(
                     f"header parameter {name!r} may not be set by a tool call", field=f"/{arg}"
                 )
-            if name.lower() in owner_headers:
-                continue  # the owner's credential header wins; an agent cannot override it
             headers[name] = _header_value(arg, value, p.get("explode"))
         elif location == "cookie":
             cookies[name] = _joined(value, p.get("explode"))
-    headers.update(extra_headers or {})
     content, content_type = _body(binding, arguments)
-    if content_type:
-        headers["Content-Type"] = content_type
-    response = await egress.send(
-        str(binding.get("method") or "GET").upper(),
-        url,
-        params=query,
-        headers=headers,
-        cookies=cookies,
-        content=content,
-        timeout_s=timeout_s,
-        max_bytes=max_bytes,
-    )
+    method = str(binding.get("method") or "GET").upper()
+
+    async def send(placement: Placement) -> HttpResponse:
+        owner = {**(extra_headers or {}), **placement.headers}
+        lowered = {k.lower() for k in owner}
+        out_headers = {k: v for k, v in headers.items() if k.lower() not in lowered}
+        out_headers.update(owner)
+        if content_type:
+            out_headers["Content-Type"] = content_type
+        taken = {k for k, _ in placement.query}
+        return await egress.send(
+            method,
+            url,
+            params=[(k, v) for k, v in query if k not in taken] + placement.query,
+            headers=out_headers,
+            cookies={**cookies, **placement.cookies},
+            content=content,
+            timeout_s=timeout_s,
+            max_bytes=max_bytes,
+        )
+
+    placement = await authorizer.placement(egress) if authorizer is not None else Placement()
+    response = await send(placement)
+    if response.status == 401 and authorizer is not None and authorizer.refreshable:
+        response = await send(await authorizer.placement(egress, after_401=True))
     return to_call_result(response)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from appliance.errors import InvalidParams, UpstreamError
+from appliance.secret import Redactor, Secret
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,9 @@ class StdioSpec:
     cwd: str = ""
     idle_timeout_s: float = 600.0
     start_timeout_s: float = 60.0
+    # Vault-held variables (a token the server reads from its environment): added to the
+    # child's environment only, and redacted from its stderr in the log and in errors.
+    secret_env: Mapping[str, Secret] = field(default_factory=dict)
 
 
 def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
@@ -123,6 +127,9 @@ def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
         raise StdioSpecRejected("arguments must be strings without NUL bytes", field="args")
     for key, value in spec.env.items():
         if not _ENV_NAME.fullmatch(key) or not isinstance(value, str) or "\0" in value:
+            raise StdioSpecRejected(f"invalid environment variable {key!r}", field="env")
+    for key in spec.secret_env:
+        if not _ENV_NAME.fullmatch(key):
             raise StdioSpecRejected(f"invalid environment variable {key!r}", field="env")
     if spec.idle_timeout_s <= 0 or spec.start_timeout_s <= 0:
         raise StdioSpecRejected("timeouts must be positive", field="idle_timeout_s")
@@ -292,7 +299,8 @@ class _Child(asyncio.SubprocessProtocol):
             self._stderr_line(rest)
 
     def _stderr_line(self, raw: bytes | bytearray) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r")[:_STDERR_LINE_CHARS]
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        text = self.owner.redactor.text(text)[:_STDERR_LINE_CHARS]
         self.stderr.append(text)
         if self._budget.allow(self.name):
             log.info("stdio %s stderr: %s", self.name, text)
@@ -423,6 +431,7 @@ class StdioProcess:
         self, name: str, spec: StdioSpec, policy: StdioPolicy, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.cwd = check_spec(name, spec, policy)
+        self.redactor = Redactor(v.reveal() for v in spec.secret_env.values())
         self.clock = clock  # times the crash back-off; injectable so tests need not wait it out
         self.name = name
         self.spec = spec
@@ -477,6 +486,7 @@ class StdioProcess:
 
     async def _spawn(self) -> None:
         env = {**self.policy.base_env, **self.spec.env}
+        env.update((k, v.reveal()) for k, v in self.spec.secret_env.items())
         executable = shutil.which(self.spec.command, path=env.get("PATH", ""))
         self.generation += 1
         if executable is None:

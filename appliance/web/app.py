@@ -16,7 +16,7 @@ from appliance.errors import ApplianceError
 from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
-from appliance.web import admin, admin_access, admin_openapi, admin_sync, demo, mcp, sse
+from appliance.web import admin, admin_access, admin_credentials, admin_openapi, admin_sync, demo, mcp, sse
 from appliance.web.log_queue import LogQueue
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin.bp)
     app.blueprint(admin_access.bp)  # users, agents, keys, projects, toolkit access, grants
     app.blueprint(admin_openapi.bp)
+    app.blueprint(admin_credentials.bp)
     if settings.demo:
         app.blueprint(demo.bp)
 
