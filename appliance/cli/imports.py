@@ -144,6 +144,18 @@ def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
     "--require-approval", "approve_new", is_flag=True, help="Store the tools pending until approved."
 )
 @click.option("--replace", is_flag=True)
+@click.option(
+    "--bearer-env", metavar="VAR", help="Send 'Authorization: Bearer <$VAR>' (sealed in the vault)."
+)
+@click.option("--api-key-header", metavar="NAME", help="Send an API key in this header (with --api-key-env).")
+@click.option("--api-key-env", metavar="VAR", help="Environment variable holding the API key.")
+@click.option(
+    "--secret-env",
+    "secret_env",
+    multiple=True,
+    metavar="NAME=VAR",
+    help="stdio: a vault-held child variable.",
+)
 @DATA_DIR
 @JSON_OUT
 def import_mcp(
@@ -157,10 +169,18 @@ def import_mcp(
     dry_run: bool,
     approve_new: bool,
     replace: bool,
+    bearer_env: str | None,
+    api_key_header: str | None,
+    api_key_env: str | None,
+    secret_env: tuple[str, ...],
     data_dir: str | None,
     as_json: bool,
 ) -> None:
     """Import an MCP server: a URL, a command after --, or an entry of an mcpServers file.
+
+    Credentials go to the vault and are read from environment variables, never from the
+    command line: --bearer-env VAR, --api-key-header NAME --api-key-env VAR, or for a stdio
+    server --secret-env NAME=VAR (the child sees NAME; --env values are stored in clear).
 
     \b
     toolspoke import mcp https://mcp.example.com/mcp --slug example
@@ -202,6 +222,7 @@ def import_mcp(
         command, args = target[0], list(target[1:])
     else:
         fail("give a server URL, a command after --, or --config FILE", 2)
+    credential = _credential(bearer_env, api_key_header, api_key_env, secret_env)
     settings = settings_for(None, data_dir=data_dir)
 
     async def work(rt: Any) -> Any:
@@ -214,6 +235,26 @@ def import_mcp(
             dry_run=dry_run,
             replace=replace,
             approve_new=approve_new,
+            credential=credential,
         )
 
     _print_report(run(settings, work), as_json)
+
+
+def _credential(
+    bearer_env: str | None, header: str | None, header_env: str | None, secret_env: tuple[str, ...]
+) -> dict[str, Any] | None:
+    from appliance.cli.vault import env_secrets, secret_from
+
+    chosen = [bearer_env is not None, header is not None or header_env is not None, bool(secret_env)]
+    if sum(chosen) > 1:
+        fail("give one credential: --bearer-env, --api-key-header/--api-key-env or --secret-env", 2)
+    if bearer_env is not None:
+        return {"scheme": "bearer", "token": secret_from(bearer_env, False, what="bearer token")}
+    if header is not None or header_env is not None:
+        if header is None or header_env is None:
+            fail("--api-key-header NAME and --api-key-env VAR go together", 2)
+        return {"scheme": "header", "name": header, "value": secret_from(header_env, False, what="API key")}
+    if secret_env:
+        return {"scheme": "env", "env": env_secrets(secret_env)}
+    return None

@@ -33,6 +33,9 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prepare_data_dir(settings)
+    # Open the database and the vault once before binding: a missing, malformed or wrong
+    # master key (or a database that cannot open) exits 2 here with its message.
+    run(settings, _nothing)
     try:
         sock = listen_socket(settings.host, settings.port)
     except OSError as exc:
@@ -40,6 +43,10 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     app = create_app(settings)
     app.ctx.bound_address = sock.getsockname()[:2]
     app.run(sock=sock, single_process=True, access_log=False, motd=False)
+
+
+async def _nothing(rt: Any) -> None:
+    return None
 
 
 @main.command()

@@ -16,7 +16,7 @@ import base64
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import quote, urlencode
 
 import orjson
@@ -91,6 +91,9 @@ class TokenCache:
             token, lifetime, rotated = await self._refresh(egress, grant, refresh)
             if rotated is not None and rotated != refresh and on_rotated is not None:
                 await on_rotated(rotated)
+            if rotated is not None:
+                # The vault now holds the new refresh token, so the next call's grant does too.
+                grant = replace(grant, refresh_token=rotated)
             self._held[key] = _Held(
                 grant=grant,
                 token=token,

@@ -1,0 +1,398 @@
+"""Toolkit credentials end to end: a real ``toolspoke serve``, the SDK client, real upstreams.
+
+The upstreams echo what they receive (``tests/support/echo_upstream.py``, the reference MCP
+server's ``echo_headers``), so each test can check both sides: the credential reached the
+upstream where its scheme puts it, and nothing the agent or the owner reads shows it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import secrets
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.support.clients import connect
+from tests.support.echo_upstream import EchoUpstream, echo_spec
+from tests.support.peers import UPSTREAM, free_port, peer
+from tests.support.servers import Appliance, cli, running_appliance
+
+pytestmark = pytest.mark.e2e
+
+
+def canary(tag: str = "") -> str:
+    return f"CANARY{tag}-{secrets.token_hex(16)}"
+
+
+def forms(value: str) -> list[str]:
+    """The forms a leak could take: plain, URL-encoded, base64 and hex."""
+    raw = value.encode()
+    return [value, quote(value, safe=""), base64.b64encode(raw).decode().rstrip("="), raw.hex()]
+
+
+def assert_absent(text: str, *values: str) -> None:
+    for value in values:
+        for form in forms(value):
+            assert form not in text, f"a form of a secret leaked: {form[:12]}…"
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=90))
+
+
+@pytest.fixture(scope="module")
+def echo() -> Iterator[EchoUpstream]:
+    with EchoUpstream(client_secret=canary("CS"), refresh_token=canary("RT")) as upstream:
+        yield upstream
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    with running_appliance(tmp_path_factory.mktemp("creds") / "data", env={"TOOLSPOKE_DEMO": "0"}) as running:
+        yield running
+
+
+@pytest.fixture
+def api(app: Appliance) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=app.base_url, headers={"Authorization": f"Bearer {app.key}"}, timeout=60) as c:
+        yield c
+
+
+def import_echo(api: httpx.Client, echo: EchoUpstream, slug: str) -> None:
+    r = api.post("/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(echo.base_url)})
+    assert r.status_code == 201, r.text
+
+
+async def call(app: Appliance, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    async with connect(app) as client:
+        return await client.call_tool(name, arguments or {})
+
+
+def text_of(result: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content) + json.dumps(
+        result.structured_content or {}
+    )
+
+
+@pytest.mark.parametrize(
+    ("scheme", "where"),
+    [
+        ("bearer", "authorization"),
+        ("header", "x-api-key"),
+        ("query", "api_key"),
+        ("cookie", "cookie"),
+        ("basic", "authorization"),
+    ],
+)
+def test_each_scheme_puts_the_vault_credential_where_it_belongs_and_its_echo_comes_back_redacted(
+    app: Appliance, api: httpx.Client, echo: EchoUpstream, scheme: str, where: str
+) -> None:
+    slug = f"echo-{scheme}"
+    import_echo(api, echo, slug)
+    secret, user = canary(), "bot-" + secrets.token_hex(4)
+    body: dict[str, Any] = {"scheme": scheme}
+    if scheme == "bearer":
+        body["token"] = secret
+    elif scheme == "basic":
+        body.update(username=user, password=secret)
+    else:
+        body["value"] = secret  # the name comes from the spec's apiKey scheme for that place
+    r = api.put(f"/api/v1/toolkits/{slug}/credentials", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["set"] is True and r.json()["scheme"] == scheme
+    assert_absent(r.text, secret)
+
+    before = len(echo.requests)
+    # The spec's credential parameter is not an input: an agent cannot set it itself.
+    refused = run(call(app, f"{slug}__echo", {"X-Api-Key": "agent-chosen-value"}))
+    assert refused.is_error is True and refused.meta["toolspoke/field"] == "/X-Api-Key"
+    result = run(call(app, f"{slug}__echo", {"q": "hi", "X-Note": "from-the-agent"}))
+    sent = echo.requests[before:]
+    assert len(sent) == 1, result
+    expected = {
+        "bearer": lambda: sent[0].headers["authorization"] == f"Bearer {secret}",
+        "header": lambda: sent[0].headers["x-api-key"] == secret,
+        "query": lambda: sent[0].query["api_key"] == [secret] and sent[0].query["q"] == ["hi"],
+        "cookie": lambda: f"session={secret}" in sent[0].headers["cookie"],
+        "basic": lambda: (
+            sent[0].headers["authorization"]
+            == "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()
+        ),
+    }[scheme]
+    assert expected(), sent[0]
+    assert sent[0].headers["x-note"] == "from-the-agent"
+    assert result.is_error is False
+    shown = text_of(result)
+    assert "[redacted]" in shown
+    assert_absent(shown, secret, f"{user}:{secret}")
+
+    listed = api.get(f"/api/v1/toolkits/{slug}/credentials")
+    assert listed.status_code == 200 and listed.json()["set"] is True
+    assert set(listed.json()) == {
+        "toolkit",
+        "project",
+        "set",
+        "scheme",
+        "settings",
+        "key_version",
+        "created_at",
+        "updated_at",
+    }
+    assert_absent(listed.text, secret)
+
+
+def test_an_oauth_client_refreshes_once_caches_the_token_refreshes_on_401_and_keeps_the_rotated_refresh_token(
+    tmp_path: Path, echo: EchoUpstream
+) -> None:
+    first_refresh = echo.refresh_token
+    with (
+        running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app,
+        httpx.Client(
+            base_url=app.base_url, headers={"Authorization": f"Bearer {app.key}"}, timeout=60
+        ) as api,
+    ):
+        import_echo(api, echo, "oauth")
+        r = api.put(
+            "/api/v1/toolkits/oauth/credentials",
+            json={
+                "scheme": "oauth2",
+                "token_url": echo.base_url + "/oauth/token",
+                "client_id": echo.client_id,
+                "client_secret": echo.client_secret,
+                "refresh_token": first_refresh,
+            },
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["settings"]["token_url"].endswith("/oauth/token")
+        assert_absent(r.text, first_refresh, echo.client_secret)
+
+        refreshes = echo.refreshes
+        one = run(call(app, "oauth__private"))
+        assert one.is_error is False, one
+        assert echo.refreshes == refreshes + 1
+        two = run(call(app, "oauth__private"))
+        assert two.is_error is False and echo.refreshes == refreshes + 1  # cached, not refreshed
+        echo.revoke()
+        before = len(echo.requests)
+        three = run(call(app, "oauth__private"))
+        assert three.is_error is False, three
+        assert echo.refreshes == refreshes + 2  # one refresh after the 401, then success
+        paths = [(q.method, q.path) for q in echo.requests[before:]]
+        assert paths == [("GET", "/api/private"), ("POST", "/oauth/token"), ("GET", "/api/private")]
+        for result in (one, two, three):
+            assert_absent(text_of(result), echo.access_token, first_refresh, echo.refresh_token)
+        log = "".join(app.output)
+    assert_absent(log, first_refresh, echo.refresh_token, echo.client_secret, echo.access_token)
+    # A restarted appliance has no cached token: it must refresh with the rotated refresh
+    # token it sealed, since the server accepts only the newest one.
+    with running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app:
+        again = run(call(app, "oauth__private"))
+        assert again.is_error is False, again
+        assert echo.refreshes == refreshes + 3
+
+
+def test_a_refused_refresh_is_credential_unavailable_without_quoting_the_token_endpoint(
+    app: Appliance, api: httpx.Client, echo: EchoUpstream
+) -> None:
+    import_echo(api, echo, "oauth-bad")
+    wrong = canary("WRONG")
+    r = api.put(
+        "/api/v1/toolkits/oauth-bad/credentials",
+        json={
+            "scheme": "oauth2",
+            "token_url": echo.base_url + "/oauth/token",
+            "client_id": echo.client_id,
+            "client_secret": echo.client_secret,
+            "refresh_token": wrong,
+            "client_auth": "post",
+        },
+    )
+    assert r.status_code == 200, r.text
+    before = len(echo.requests)
+    result = run(call(app, "oauth-bad__private"))
+    assert result.is_error is True
+    assert result.meta is None or "CANARY" not in json.dumps(result.meta)
+    text = text_of(result)
+    assert "invalid_grant" in text and "HTTP 400" in text
+    assert_absent(text, wrong, echo.client_secret)
+    # Only the token endpoint was asked: nothing was sent to the API without a token.
+    assert [q.path for q in echo.requests[before:]] == ["/oauth/token"]
+
+
+def test_credentials_are_refused_with_the_field_named_and_nothing_is_stored(
+    api: httpx.Client, echo: EchoUpstream
+) -> None:
+    import_echo(api, echo, "echo-bad")
+    cases = [
+        ({"scheme": "magic"}, "scheme"),
+        ({"scheme": "bearer"}, "token"),
+        ({"scheme": "bearer", "token": "short"}, "token"),
+        ({"scheme": "bearer", "token": "line\nbreak-token"}, "token"),
+        ({"scheme": "header", "name": "Host", "value": canary()}, "name"),
+        ({"scheme": "header", "name": "bad name", "value": canary()}, "name"),
+        ({"scheme": "env", "env": {"X": canary()}}, "scheme"),
+        (
+            {
+                "scheme": "oauth2",
+                "token_url": "http://169.254.169.254/token",
+                "client_id": "c",
+                "refresh_token": canary(),
+            },
+            "token_url",
+        ),
+        (
+            {
+                "scheme": "oauth2",
+                "token_url": "file:///etc/passwd",
+                "client_id": "c",
+                "refresh_token": canary(),
+            },
+            "token_url",
+        ),
+    ]
+    for body, field in cases:
+        r = api.put("/api/v1/toolkits/echo-bad/credentials", json=body)
+        assert r.status_code == 422, (body, r.text)
+        error = r.json()["error"]
+        assert error["field"] == field, (body, error)
+        assert "Traceback" not in r.text
+        assert_absent(r.text, *(v for v in body.values() if isinstance(v, str) and v.startswith("CANARY")))
+    assert api.get("/api/v1/toolkits/echo-bad/credentials").json()["set"] is False
+    assert (
+        api.put("/api/v1/toolkits/nope/credentials", json={"scheme": "bearer", "token": canary()}).status_code
+        == 404
+    )
+
+
+def test_a_remote_mcp_server_behind_a_bearer_token_is_imported_through_the_admin_api(
+    app: Appliance, api: httpx.Client, tmp_path: Path
+) -> None:
+    token, port = canary("MCP"), free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = [
+        sys.executable,
+        str(UPSTREAM),
+        "--port",
+        str(port),
+        "--transport",
+        "streamable-http",
+        "--bearer",
+        token,
+    ]
+    with peer(argv, port, tmp_path / "upstream.log"):
+        refused = api.post("/api/v1/toolkits/mcp", json={"slug": "guarded", "url": url, "dry_run": True})
+        assert refused.status_code == 502, refused.text
+        assert "rejected the credentials" in refused.json()["error"]["message"]
+        auth = {"scheme": "bearer", "token": token}
+        dry = api.post(
+            "/api/v1/toolkits/mcp", json={"slug": "guarded", "url": url, "dry_run": True, "auth": auth}
+        )
+        assert dry.status_code == 200, dry.text
+        assert "echo_headers" in {t["name"].split("__")[1] for t in dry.json()["tools"]}
+        assert api.get("/api/v1/toolkits/guarded/credentials").status_code == 404  # dry run: nothing stored
+        done = api.post("/api/v1/toolkits/mcp", json={"slug": "guarded", "url": url, "auth": auth})
+        assert done.status_code == 201, done.text
+        assert_absent(done.text + dry.text, token)
+        shown = api.get("/api/v1/toolkits/guarded/credentials").json()
+        assert shown["set"] is True and shown["scheme"] == "bearer"
+        assert_absent(json.dumps(shown), token)
+
+        async def scenario() -> None:
+            async with connect(app) as client:
+                ok = await client.call_tool("guarded__read_item", {"key": "hello"})
+                assert ok.is_error is False and ok.content[0].text == "world"
+                echoed = await client.call_tool("guarded__echo_headers", {})
+                assert echoed.is_error is False
+                text = text_of(echoed)
+                assert "[redacted]" in text  # the server saw our header and said so
+                assert_absent(text, token)
+
+        run(scenario())
+        # The stored connection holds no secret: it is safe to show an owner.
+        listed = api.get("/api/v1/toolkits").text
+        assert_absent(listed, token)
+
+
+def test_the_admin_mcp_import_refuses_bad_bodies_and_guarded_urls_naming_the_field(api: httpx.Client) -> None:
+    for body, status, field in [
+        ({"url": "http://example.com/mcp"}, 422, "slug"),
+        ({"slug": "x", "url": "ftp://example.com/mcp"}, 422, "url"),
+        ({"slug": "x", "url": "http://169.254.169.254/mcp"}, 422, "url"),
+        ({"slug": "x", "url": "http://127.0.0.1:9/mcp", "transport": "stdio"}, 422, "transport"),
+        (
+            {
+                "slug": "x",
+                "url": "http://127.0.0.1:9/mcp",
+                "auth": {"scheme": "query", "name": "k", "value": "abcdefgh"},
+            },
+            422,
+            "scheme",
+        ),
+        ({"slug": "x", "url": "http://127.0.0.1:9/mcp", "dry_run": "yes"}, 422, "dry_run"),
+    ]:
+        r = api.post("/api/v1/toolkits/mcp", json=body)
+        assert r.status_code == status, (body, r.text)
+        assert r.json()["error"]["field"] == field, (body, r.text)
+        assert "Traceback" not in r.text
+
+
+def test_the_cli_takes_secrets_from_the_environment_or_stdin_never_argv_and_shows_only_metadata(
+    tmp_path: Path, echo: EchoUpstream
+) -> None:
+    data = tmp_path / "data"
+    spec = tmp_path / "echo.json"
+    spec.write_text(json.dumps(echo_spec(echo.base_url)))
+    loopback = {"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"}
+    assert cli(data, "import", "openapi", str(spec), "--slug", "echo", env=loopback).returncode == 0
+    secret = canary("CLI")
+    done = cli(
+        data,
+        "credentials",
+        "set",
+        "echo",
+        "--scheme",
+        "bearer",
+        "--from-env",
+        "MY_TOKEN",
+        env={"MY_TOKEN": secret},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "bearer credential set" in done.stdout
+    shown = cli(data, "credentials", "show", "echo", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["scheme"] == "bearer"
+    assert_absent(done.stdout + done.stderr + shown.stdout + shown.stderr, secret)
+    missing = cli(data, "credentials", "set", "echo", "--scheme", "bearer")
+    assert missing.returncode == 2 and "--from-env VAR or --stdin" in missing.stderr
+    unset = cli(data, "credentials", "set", "echo", "--scheme", "bearer", "--from-env", "NOT_SET_ANYWHERE")
+    assert unset.returncode == 2 and "NOT_SET_ANYWHERE" in unset.stderr
+    # stdin, then a call with the CLI: the upstream gets the new value.
+    other = canary("STDIN")
+    import subprocess
+
+    piped = subprocess.run(
+        [sys.executable, "-m", "appliance", "credentials", "set", "echo", "--scheme", "header", "--stdin"],
+        input=other + "\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOOLSPOKE_DATA_DIR": str(data), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
+        timeout=60,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    before = len(echo.requests)
+    called = cli(data, "call", "echo__echo", "--json", env=loopback)
+    assert called.returncode == 0, called.stderr
+    assert echo.requests[before].headers["x-api-key"] == other
+    assert_absent(called.stdout + called.stderr, other)
+    cleared = cli(data, "credentials", "clear", "echo")
+    assert cleared.returncode == 0 and "credential cleared" in cleared.stdout
+    assert json.loads(cli(data, "credentials", "show", "echo", "--json").stdout)["set"] is False
