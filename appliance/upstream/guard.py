@@ -177,14 +177,14 @@ class EgressPolicy:
                     field="url",
                     data={"rule": "malformed address"},
                 )
-            if host.rstrip(".").lower().split(".")[-1] == "localhost":
-                # RFC 6761: localhost names are loopback whatever DNS says (or fails to say).
-                raise UpstreamError(
-                    f"{host} is loopback; {_HINT}",
-                    reason="ssrf_blocked",
-                    data={"address": host, "rule": "loopback"},
-                )
-            answers = await self._lookup(host, port, resolver)
+            if _is_localhost(host):
+                # RFC 6761: a localhost name is loopback whatever DNS says (or fails to say);
+                # it is never asked. It stands for 127.0.0.1 and is judged as that address,
+                # so ALLOWED_TOOL_CIDRS opening 127.0.0.1 opens the name too, as the
+                # refusal's advice says.
+                answers = [LOCALHOST]
+            else:
+                answers = await self._lookup(host, port, resolver)
         for addr in answers:
             if (refused := self.refusal(addr, host)) is not None:
                 raise refused
@@ -221,12 +221,21 @@ class EgressPolicy:
         literal = _literal(host)
         if literal is None and ("%" in host or _NUMERIC_HOST.match(host)):
             raise _bad_url("has a malformed host (write an IPv4 address as a dotted quad)", field)
+        if literal is None and _is_localhost(host) and (host.lower(), port) not in self.endpoints:
+            literal = LOCALHOST  # known without DNS, so refused at registration already
         if literal is not None and (str(literal), port) not in self.endpoints:
-            refused = self.refusal(literal)
+            refused = self.refusal(literal, host)
             if refused is not None:
                 refused.field = field
                 raise refused
         return parsed
+
+
+LOCALHOST = ipaddress.IPv4Address("127.0.0.1")
+
+
+def _is_localhost(host: str) -> bool:
+    return host.rstrip(".").lower().split(".")[-1] == "localhost"
 
 
 def _bad_url(why: str, field: str = "url") -> UpstreamError:

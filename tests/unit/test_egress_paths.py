@@ -1,0 +1,257 @@
+"""Every egress path goes through the guard (RELIABILITY SSRF-09), and credentials on the wire.
+
+Real I/O against the recording server on loopback (``tests/unit/upstream_server.py``):
+when the guard refuses, the server must have seen no connection at all (invariant I-1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import sys
+import textwrap
+from collections.abc import Awaitable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from appliance.catalogue.openapi import convert_openapi
+from appliance.errors import UpstreamError
+from appliance.secret import REDACTED, Redactor, Secret, secret_forms
+from appliance.upstream.auth import Authorizer, UpstreamAuth
+from appliance.upstream.guard import EgressPolicy
+from appliance.upstream.oauth import OAuthGrant, TokenCache
+from appliance.upstream.openapi_call import call_operation
+from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
+from appliance.upstream.transport import Egress
+from tests.unit.upstream_server import RecordingServer, serving
+
+T = TypeVar("T")
+LOOPBACK = ("127.0.0.1/32",)
+
+
+def run(coro: Awaitable[T]) -> T:
+    async def main() -> T:
+        async with asyncio.timeout(20):
+            return await coro
+
+    return asyncio.run(main())
+
+
+def refusal(coro: Awaitable[Any]) -> UpstreamError:
+    with pytest.raises(UpstreamError) as caught:
+        run(coro)
+    return caught.value
+
+
+@pytest.fixture
+def upstream() -> Iterator[RecordingServer]:
+    with serving() as server:
+        yield server
+
+
+# -- the localhost rule ---------------------------------------------------------------------
+
+
+def test_localhost_is_judged_as_127_0_0_1_so_the_advice_in_its_refusal_works(
+    upstream: RecordingServer,
+) -> None:
+    url = f"http://localhost:{upstream.port}/echo"
+    closed = EgressPolicy()
+    with pytest.raises(UpstreamError) as at_registration:
+        closed.check_url(url, field="base_url")
+    error = at_registration.value
+    assert error.field == "base_url" and error.data == {"address": "127.0.0.1", "rule": "loopback"}
+    assert "localhost resolves to 127.0.0.1" in error.public_message
+    assert "ALLOWED_TOOL_CIDRS" in error.public_message
+    assert refusal(closed.resolve("localhost", 80)).data["rule"] == "loopback"
+    assert upstream.connections == 0
+
+    async def opened() -> Any:
+        async with Egress(EgressPolicy(LOOPBACK)) as egress:
+            return await egress.send("GET", url)
+
+    answer = run(opened())
+    assert answer.status == 200
+    assert upstream.requests[-1]["headers"]["host"] == f"localhost:{upstream.port}"
+    # ::1 is not what localhost means here: opening only IPv6 loopback does not open it.
+    assert refusal(EgressPolicy(("::1/128",)).resolve("localhost", 80)).reason == "ssrf_blocked"
+
+
+# -- OAuth token endpoint, remote $ref, server variables -----------------------------------------
+
+
+def _grant(url: str) -> OAuthGrant:
+    return OAuthGrant(token_url=url, client_id=Secret("client"), refresh_token=Secret("refresh-123456"))
+
+
+def test_an_oauth_token_url_on_a_refused_address_is_ssrf_blocked_and_nothing_is_sent(
+    upstream: RecordingServer,
+) -> None:
+    async def attempt() -> Any:
+        async with Egress(EgressPolicy()) as egress:  # loopback not opened
+            return await TokenCache().access_token(egress, "k", _grant(f"{upstream.base}/token"))
+
+    assert refusal(attempt()).reason == "ssrf_blocked"
+    assert upstream.connections == 0
+
+
+def test_a_token_endpoint_that_fails_is_credential_unavailable_and_its_body_is_not_quoted(
+    upstream: RecordingServer,
+) -> None:
+    async def attempt() -> Any:
+        async with Egress(EgressPolicy(LOOPBACK)) as egress:
+            return await TokenCache().access_token(egress, "k", _grant(f"{upstream.base}/status/401"))
+
+    error = refusal(attempt())
+    assert error.reason == "credential_unavailable" and error.data == {"status": 401}
+    # Only a well-formed OAuth error code is quoted from the body, never the rest of it.
+    assert error.public_message.endswith("HTTP 401 (nope)")
+    assert "refresh-123456" not in error.public_message
+    sent = upstream.requests[-1]
+    assert sent["method"] == "POST"
+    # A public client (no secret) identifies itself in the form (RFC 6749 §2.3.1).
+    assert sent["body"] == "grant_type=refresh_token&refresh_token=refresh-123456&client_id=client"
+
+
+def test_a_remote_ref_in_a_spec_is_never_fetched(upstream: RecordingServer) -> None:
+    spec = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "servers": [{"url": "https://api.example.com"}],
+        "paths": {
+            "/a": {
+                "post": {
+                    "operationId": "remote",
+                    "requestBody": {
+                        "content": {"application/json": {"schema": {"$ref": f"{upstream.base}/s.json"}}}
+                    },
+                    "responses": {"200": {"description": "ok"}},
+                }
+            },
+            "/b": {"get": {"operationId": "local", "responses": {"200": {"description": "ok"}}}},
+        },
+    }
+    draft = convert_openapi(spec, "refs")
+    assert [t.upstream_name for t in draft.tools] == ["local"]
+    assert "points outside this document" in draft.skipped[0].reason
+    assert upstream.connections == 0
+
+
+def test_server_variables_are_fixed_at_import_and_never_an_agent_input() -> None:
+    spec = {
+        "openapi": "3.0.3",
+        "info": {"title": "t", "version": "1"},
+        "servers": [
+            {
+                "url": "https://{region}.api.example.com:{port}/v1",
+                "variables": {
+                    "region": {"default": "eu", "enum": ["eu", "us"]},
+                    "port": {"default": "443"},
+                },
+            }
+        ],
+        "paths": {"/x": {"get": {"operationId": "x", "responses": {"200": {"description": "ok"}}}}},
+    }
+    draft = convert_openapi(spec, "vars")
+    assert draft.base_url == "https://eu.api.example.com:443/v1"
+    schema = draft.tools[0].input_schema
+    assert not {"region", "port", "host", "url", "baseUrl"} & set(schema.get("properties", {}))
+    owner = convert_openapi(spec, "vars", base_url="https://us.api.example.com/v1")
+    assert owner.base_url == "https://us.api.example.com/v1"
+
+
+# -- credentials on the wire ------------------------------------------------------------------
+
+
+BINDING = {
+    "method": "GET",
+    "path": "/echo",
+    "params": [
+        {"arg": "api_key", "name": "api_key", "location": "query"},
+        {"arg": "session", "name": "session", "location": "cookie"},
+    ],
+}
+
+
+def _call(upstream: RecordingServer, auth: UpstreamAuth, arguments: dict[str, Any]) -> Any:
+    async def main() -> Any:
+        async with Egress(EgressPolicy(LOOPBACK)) as egress:
+            authorizer = Authorizer(auth, TokenCache(), "t")
+            return await call_operation(
+                egress,
+                base_url=upstream.base,
+                binding=BINDING,
+                arguments=arguments,
+                timeout_s=10,
+                max_bytes=1 << 20,
+                authorizer=authorizer,
+            )
+
+    return run(main())
+
+
+def test_the_owner_query_and_cookie_credential_replace_an_agent_value_of_the_same_name(
+    upstream: RecordingServer,
+) -> None:
+    _call(
+        upstream, UpstreamAuth("query", name="api_key", value=Secret("owner-key-123")), {"api_key": "agent"}
+    )
+    assert upstream.requests[-1]["path"] == "/echo?api_key=owner-key-123"
+    _call(
+        upstream, UpstreamAuth("cookie", name="session", value=Secret("owner-cookie-1")), {"session": "agent"}
+    )
+    assert upstream.requests[-1]["headers"]["cookie"] == "session=owner-cookie-1"
+
+
+# -- redaction ----------------------------------------------------------------------------------
+
+
+def test_every_encoded_form_of_a_secret_is_redacted_and_short_or_unrelated_text_is_kept() -> None:
+    secret = "s3cr3t/v@lue+="
+    redactor = Redactor([secret])
+    for form in secret_forms(secret):
+        assert redactor.text(f"before {form} after") == f"before {REDACTED} after"
+    doc = {"headers": {"x": f"Bearer {secret}"}, secret: [1, f"{secret}"], "n": 5}
+    assert redactor.value(doc) == {"headers": {"x": f"Bearer {REDACTED}"}, REDACTED: [1, REDACTED], "n": 5}
+    assert redactor.text("nothing to hide here") == "nothing to hide here"
+    assert not Redactor(["ab"])  # too short to search for without mangling every answer
+    basic = UpstreamAuth("basic", username=Secret("bot"), password=Secret("pw-123456"))
+    pair = base64.b64encode(b"bot:pw-123456").decode()
+    assert (
+        Redactor(basic.secrets()).text(f"Authorization: Basic {pair}") == f"Authorization: Basic {REDACTED}"
+    )
+
+
+def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_in_log_and_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "CANARY-stdio-" + os.urandom(8).hex()
+    body = """
+    import os, sys
+    print("token is " + os.environ["API_TOKEN"], file=sys.stderr, flush=True)
+    sys.exit(3)
+    """
+    path = tmp_path / "child.py"
+    path.write_text(textwrap.dedent(body))
+    policy = StdioPolicy(workdir_root=tmp_path / "stdio", base_env={"PATH": os.environ["PATH"]})
+    spec = StdioSpec(command=sys.executable, args=(str(path),), secret_env={"API_TOKEN": Secret(token)})
+    assert token not in repr(spec)
+
+    async def main() -> UpstreamError:
+        proc = StdioProcess("secret-env", spec, policy)
+        await proc.start()
+        try:
+            with pytest.raises(UpstreamError) as info:
+                await proc.read_line()
+            return info.value
+        finally:
+            await proc.aclose()
+
+    with caplog.at_level(logging.INFO):
+        error = run(main())
+    assert error.data["stderr"] == [f"token is {REDACTED}"]  # the child did read the variable
+    assert token not in caplog.text and "token is [redacted]" in caplog.text
