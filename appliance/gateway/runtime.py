@@ -7,6 +7,7 @@ operations, so a CLI command and an agent's call take exactly the same path.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from appliance import __version__
@@ -32,6 +33,13 @@ def prepare_data_dir(settings: Settings) -> bool:
     data = Path(settings.data_dir)
     created = not data.exists()
     data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # The database holds sealed secrets: owner-only, like the key (VAULT-01). SQLite gives
+    # its -wal and -shm files the database file's mode, so creating it 0600 covers all three.
+    db = settings.db_path
+    if not db.exists():
+        os.close(os.open(db, os.O_WRONLY | os.O_CREAT, 0o600))
+    elif db.stat().st_mode & 0o077:
+        db.chmod(0o600)
     return created
 
 
