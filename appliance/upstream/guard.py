@@ -9,6 +9,7 @@ check and the connect. See RELIABILITY.md SSRF-01/02/04/07/10 and anchors A1-A5.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import re
 import socket
@@ -26,6 +27,8 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver: TypeAlias = Callable[[str, int], Awaitable[list[str]]]
 
 _HINT = "allow it only via ALLOWED_TOOL_CIDRS"
+_UNSEEN = object()
+_VERDICTS_MAX = 4096
 
 
 def _nets(*pairs: tuple[str, str]) -> tuple[tuple[Network, str], ...]:
@@ -119,6 +122,7 @@ class EgressPolicy:
         # Exact (address or name, port) pairs the appliance itself serves (the demo API):
         # opening one port on one address is narrower than listing a network.
         self.endpoints: set[tuple[str, int]] = set()
+        self._verdicts: dict[Address, object] = {}
 
     def allow_endpoint(self, host: str, port: int) -> None:
         """Allow exactly ``host``:``port`` (an IP literal or a name) whatever its address."""
@@ -131,6 +135,17 @@ class EgressPolicy:
     def check_address(self, ip: str | Address) -> str | None:
         """The name of the rule that refuses ``ip``, or None when it may be reached."""
         addr = parse_address(ip)
+        # The verdict depends only on the address and this policy's fixed networks, so it
+        # is remembered: a call to a known upstream then costs a dict lookup, not a walk of
+        # the special-purpose tables (bounded, so hostile input cannot grow it without end).
+        verdict = self._verdicts.get(addr, _UNSEEN)
+        if verdict is _UNSEEN:
+            if len(self._verdicts) >= _VERDICTS_MAX:
+                self._verdicts.clear()
+            verdict = self._verdicts[addr] = self._decide(addr)
+        return verdict  # type: ignore[return-value]
+
+    def _decide(self, addr: Address) -> str | None:
         if self._listed(addr):
             return None
         if isinstance(addr, ipaddress.IPv6Address):
@@ -242,7 +257,9 @@ def _bad_url(why: str, field: str = "url") -> UpstreamError:
     return UpstreamError(f"the URL {why}", reason="ssrf_blocked", field=field, data={"rule": "url"})
 
 
+@functools.lru_cache(maxsize=1024)
 def _literal(host: str) -> Address | None:
+    # Cached: the same few upstream hosts are parsed on every call (check, then resolve).
     try:
         return parse_address(host)
     except ValueError:

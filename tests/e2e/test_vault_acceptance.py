@@ -384,3 +384,42 @@ def test_an_oversized_answer_names_size_and_cap_and_the_owner_may_raise_the_cap_
         back = cli(app.data_dir, "toolkits", "cap", "large", "default")
         assert back.returncode == 0 and "262144" in back.stdout
         assert run(_call(app, "large__big", {"n": 400_000})).is_error is True
+
+
+def test_a_tampered_credential_fails_closed_as_credential_unavailable_and_nothing_is_sent(
+    tmp_path: Path,
+) -> None:
+    with (
+        EchoUpstream() as echo,
+        running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app,
+        admin(app) as api,
+    ):
+        for slug in ("a", "b"):
+            assert (
+                api.post(
+                    "/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(echo.base_url)}
+                ).status_code
+                == 201
+            )
+            body = {"scheme": "bearer", "token": canary(slug.upper())}
+            assert api.put(f"/api/v1/toolkits/{slug}/credentials", json=body).status_code == 200
+        conn = sqlean.connect(str(app.data_dir / "toolspoke.db"))
+        try:
+            rows = dict(conn.execute("SELECT toolkit_id, blob FROM secrets").fetchall())
+            ids = sorted(rows)
+            flipped = bytearray(rows[ids[0]])
+            flipped[-1] ^= 1
+            # Toolkit a's blob with one bit flipped; toolkit b's row given a's intact blob.
+            conn.execute("UPDATE secrets SET blob = ? WHERE toolkit_id = ?", (bytes(flipped), ids[0]))
+            conn.execute("UPDATE secrets SET blob = ? WHERE toolkit_id = ?", (rows[ids[0]], ids[1]))
+            conn.commit()
+        finally:
+            conn.close()
+        before = len(echo.requests)
+        for name in ("a__echo", "b__echo"):
+            result = run(_call(app, name))
+            assert result.is_error is True
+            assert result.meta["toolspoke/reason"] == "credential_unavailable"
+            assert "cannot be decrypted" in text_of(result) and "Traceback" not in text_of(result)
+        assert len(echo.requests) == before, "a call went out without its credential"
+        assert api.get("/health").status_code == 200  # the process stays up
