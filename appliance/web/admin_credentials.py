@@ -22,20 +22,10 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, InvalidParams, UpstreamError
 from appliance.gateway import credentials, imports
-from appliance.web.admin import admin_only, error_response
+from appliance.web.admin import admin_only, error_response, json_body
 
 bp = Blueprint("admin_credentials", url_prefix="/api/v1")
 bp.on_request(admin_only)
-
-
-def _body(request: Request) -> dict[str, Any]:
-    try:
-        doc = request.json
-    except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
-        raise InvalidParams("request body is not valid JSON", field="body") from None
-    if not isinstance(doc, dict):
-        raise InvalidParams("request body must be a JSON object", field="body")
-    return doc
 
 
 def _project(request: Request, doc: dict[str, Any] | None = None) -> str:
@@ -55,7 +45,7 @@ def _refused(exc: ApplianceError) -> HTTPResponse:
 @bp.put("/toolkits/<slug>/credentials")
 async def put_credentials(request: Request, slug: str) -> HTTPResponse:
     try:
-        doc = _body(request)
+        doc = json_body(request)
         shown = await credentials.set_credential(
             request.app.ctx.rt, slug, doc, project=_project(request, doc)
         )
@@ -86,7 +76,7 @@ async def delete_credentials(request: Request, slug: str) -> HTTPResponse:
 @bp.put("/toolkits/<slug>/limits")
 async def put_limits(request: Request, slug: str) -> HTTPResponse:
     try:
-        doc = _body(request)
+        doc = json_body(request)
         if "max_response_bytes" not in doc:
             raise InvalidParams(
                 "give 'max_response_bytes' (bytes, or null for the setting)", field="max_response_bytes"
@@ -102,7 +92,7 @@ async def put_limits(request: Request, slug: str) -> HTTPResponse:
 @bp.post("/toolkits/mcp")
 async def import_mcp(request: Request) -> HTTPResponse:
     try:
-        doc = _body(request)
+        doc = json_body(request)
         slug, url = doc.get("slug"), doc.get("url")
         if not isinstance(slug, str) or not slug:
             raise InvalidParams("'slug' must be a non-empty string", field="slug")

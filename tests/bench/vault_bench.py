@@ -31,6 +31,7 @@ from appliance.upstream.guard import Address, EgressPolicy, Resolver, parse_addr
 from appliance.upstream.transport import Egress
 from appliance.vault import store
 from appliance.vault.crypto import Sealer, context, new_key
+from tests.support.vault_seed import seed_credentials
 
 RESPONSE = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 
@@ -58,13 +59,7 @@ def rotation(count: int = 10_000) -> None:
             rt = Runtime(settings)
             await rt.open()
             try:
-                async with rt.db.write() as tx:
-                    for i in range(count):
-                        kit = await tx.run(
-                            "INSERT INTO toolkits (project_id, slug, source_kind) VALUES (1, ?, 'catalog')",
-                            (f"k{i}",),
-                        )
-                        await store.put(tx, rt.vault, kit, "bearer", {}, {"token": f"token-{i:08d}-abcdef"})
+                await seed_credentials(rt, count)
                 started = time.perf_counter()
                 report = await store.rotate(rt.db, rt.vault, batch=500)
                 took = time.perf_counter() - started

@@ -77,6 +77,17 @@ async def call(app: Appliance, name: str, arguments: dict[str, Any] | None = Non
         return await client.call_tool(name, arguments or {})
 
 
+def oauth_body(echo: EchoUpstream, refresh_token: str, **extra: str) -> dict[str, str]:
+    return {
+        "scheme": "oauth2",
+        "token_url": echo.base_url + "/oauth/token",
+        "client_id": echo.client_id,
+        "client_secret": echo.client_secret,
+        "refresh_token": refresh_token,
+        **extra,
+    }
+
+
 def text_of(result: Any) -> str:
     return "".join(getattr(part, "text", "") for part in result.content) + json.dumps(
         result.structured_content or {}
@@ -161,16 +172,7 @@ def test_an_oauth_client_refreshes_once_caches_the_token_refreshes_on_401_and_ke
         ) as api,
     ):
         import_echo(api, echo, "oauth")
-        r = api.put(
-            "/api/v1/toolkits/oauth/credentials",
-            json={
-                "scheme": "oauth2",
-                "token_url": echo.base_url + "/oauth/token",
-                "client_id": echo.client_id,
-                "client_secret": echo.client_secret,
-                "refresh_token": first_refresh,
-            },
-        )
+        r = api.put("/api/v1/toolkits/oauth/credentials", json=oauth_body(echo, first_refresh))
         assert r.status_code == 200, r.text
         assert r.json()["settings"]["token_url"].endswith("/oauth/token")
         assert_absent(r.text, first_refresh, echo.client_secret)
@@ -205,17 +207,7 @@ def test_a_refused_refresh_is_credential_unavailable_without_quoting_the_token_e
 ) -> None:
     import_echo(api, echo, "oauth-bad")
     wrong = canary("WRONG")
-    r = api.put(
-        "/api/v1/toolkits/oauth-bad/credentials",
-        json={
-            "scheme": "oauth2",
-            "token_url": echo.base_url + "/oauth/token",
-            "client_id": echo.client_id,
-            "client_secret": echo.client_secret,
-            "refresh_token": wrong,
-            "client_auth": "post",
-        },
-    )
+    r = api.put("/api/v1/toolkits/oauth-bad/credentials", json=oauth_body(echo, wrong, client_auth="post"))
     assert r.status_code == 200, r.text
     before = len(echo.requests)
     result = run(call(app, "oauth-bad__private"))

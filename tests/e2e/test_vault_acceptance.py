@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -35,11 +36,11 @@ import sqlean
 
 from appliance import config
 from appliance.gateway.runtime import Runtime
-from appliance.vault import store as vault_store
 from tests.support.clients import connect
 from tests.support.echo_upstream import EchoUpstream, echo_spec
 from tests.support.peers import EVERYTHING
 from tests.support.servers import REPO, Appliance, cli, running_appliance
+from tests.support.vault_seed import seed_credentials
 
 pytestmark = pytest.mark.e2e
 
@@ -59,6 +60,25 @@ def run(coro: Any) -> Any:
 
 def admin(app: Appliance) -> httpx.Client:
     return httpx.Client(base_url=app.base_url, headers={"Authorization": f"Bearer {app.key}"}, timeout=60)
+
+
+def import_echo(
+    api: httpx.Client, echo: EchoUpstream, slug: str, base_url: str | None = None
+) -> httpx.Response:
+    return api.post(
+        "/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(base_url or echo.base_url)}
+    )
+
+
+@contextmanager
+def served(data: Path, **env: str) -> Iterator[tuple[EchoUpstream, Appliance, httpx.Client]]:
+    """An echo upstream and an appliance (demo off) with an admin client."""
+    with (
+        EchoUpstream() as echo,
+        running_appliance(data, env={"TOOLSPOKE_DEMO": "0", **env}) as app,
+        admin(app) as api,
+    ):
+        yield echo, app, api
 
 
 def text_of(result: Any) -> str:
@@ -89,7 +109,7 @@ def test_canary_credentials_never_leave_through_any_response_log_or_database_pag
             "pwd": {"scheme": "basic", "username": user, "password": password},
         }
         for slug, body in creds.items():
-            r = api.post("/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(echo.base_url)})
+            r = import_echo(api, echo, slug)
             assert r.status_code == 201, r.text
             r = api.put(f"/api/v1/toolkits/{slug}/credentials", json=body)
             assert r.status_code == 200, r.text
@@ -162,13 +182,7 @@ def _seed(data: Path, count: int) -> None:
         rt = Runtime(settings)
         await rt.open()
         try:
-            async with rt.db.write() as tx:
-                for i in range(count):
-                    kit = await tx.run(
-                        "INSERT INTO toolkits (project_id, slug, source_kind) VALUES (1, ?, 'catalog')",
-                        (f"seed-{i}",),
-                    )
-                    await vault_store.put(tx, rt.vault, kit, "bearer", {}, {"token": f"seed-token-{i:06d}"})
+            await seed_credentials(rt, count)
         finally:
             await rt.close()
 
@@ -185,7 +199,7 @@ def test_rotation_reseals_every_secret_while_calls_keep_succeeding_and_the_old_v
         # The served toolkit comes first, so its row is re-sealed in the first batch and the
         # calls that follow must open a key version the server did not have at start.
         with running_appliance(data, env={"TOOLSPOKE_DEMO": "0"}) as app, admin(app) as api:
-            r = api.post("/api/v1/toolkits/openapi", json={"slug": "rot", "spec": echo_spec(echo.base_url)})
+            r = import_echo(api, echo, "rot")
             assert r.status_code == 201, r.text
             assert (
                 api.put(
@@ -250,7 +264,7 @@ def test_a_wrong_malformed_or_missing_master_key_stops_start_up_with_exit_2_and_
     token = canary("KEY")
     with EchoUpstream() as echo:
         with running_appliance(data, env={"TOOLSPOKE_DEMO": "0"}) as app, admin(app) as api:
-            api.post("/api/v1/toolkits/openapi", json={"slug": "k", "spec": echo_spec(echo.base_url)})
+            import_echo(api, echo, "k")
             assert (
                 api.put(
                     "/api/v1/toolkits/k/credentials", json={"scheme": "bearer", "token": token}
@@ -332,17 +346,13 @@ def test_a_stored_target_edited_to_an_internal_address_is_refused_at_call_time_w
     tmp_path: Path, listener: tuple[str, int, list[int]]
 ) -> None:
     host, port, accepted = listener
-    with (
-        EchoUpstream() as echo,
-        running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app,
-        admin(app) as api,
-    ):
+    with served(tmp_path / "data") as (echo, app, api):
         internal = f"http://{host}:{port}"
         # Registration refuses it, naming the field, the address and the rule.
-        r = api.post("/api/v1/toolkits/openapi", json={"slug": "in", "spec": echo_spec(internal)})
+        r = import_echo(api, echo, "in", internal)
         assert r.status_code == 422 and r.json()["error"]["field"] == "base_url"
         assert "127.0.0.2" in r.json()["error"]["message"] and "loopback" in r.json()["error"]["message"]
-        r = api.post("/api/v1/toolkits/openapi", json={"slug": "in", "spec": echo_spec(echo.base_url)})
+        r = import_echo(api, echo, "in")
         assert r.status_code == 201
         conn = sqlean.connect(str(app.data_dir / "toolspoke.db"))
         try:
@@ -361,13 +371,9 @@ def test_a_stored_target_edited_to_an_internal_address_is_refused_at_call_time_w
 def test_an_oversized_answer_names_size_and_cap_and_the_owner_may_raise_the_cap_per_toolkit(
     tmp_path: Path,
 ) -> None:
-    with (
-        EchoUpstream() as echo,
-        running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app,
-        admin(app) as api,
-    ):
+    with served(tmp_path / "data") as (echo, app, api):
         for slug in ("small", "large"):
-            r = api.post("/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(echo.base_url)})
+            r = import_echo(api, echo, slug)
             assert r.status_code == 201
         too_big = run(_call(app, "large__big", {"n": 400_000}))
         assert too_big.is_error is True
@@ -389,18 +395,9 @@ def test_an_oversized_answer_names_size_and_cap_and_the_owner_may_raise_the_cap_
 def test_a_tampered_credential_fails_closed_as_credential_unavailable_and_nothing_is_sent(
     tmp_path: Path,
 ) -> None:
-    with (
-        EchoUpstream() as echo,
-        running_appliance(tmp_path / "data", env={"TOOLSPOKE_DEMO": "0"}) as app,
-        admin(app) as api,
-    ):
+    with served(tmp_path / "data") as (echo, app, api):
         for slug in ("a", "b"):
-            assert (
-                api.post(
-                    "/api/v1/toolkits/openapi", json={"slug": slug, "spec": echo_spec(echo.base_url)}
-                ).status_code
-                == 201
-            )
+            assert import_echo(api, echo, slug).status_code == 201
             body = {"scheme": "bearer", "token": canary(slug.upper())}
             assert api.put(f"/api/v1/toolkits/{slug}/credentials", json=body).status_code == 200
         conn = sqlean.connect(str(app.data_dir / "toolspoke.db"))

@@ -15,14 +15,13 @@ Every request is recorded (``requests``); ``revoke()`` invalidates the current a
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
-from tests.support.servers import Recorded
+from tests.support.servers import JsonHandler, Recorded, read_request
 
 SPEC_SCHEMES = {
     "key_header": {"type": "apiKey", "in": "header", "name": "X-Api-Key"},
@@ -80,34 +79,12 @@ class EchoUpstream:
         self.lock = threading.Lock()
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _record(self) -> Recorded:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                parts = urlsplit(self.path)
-                rec = Recorded(
-                    self.command,
-                    parts.path,
-                    parse_qs(parts.query),
-                    {k.lower(): v for k, v in self.headers.items()},
-                    body,
-                )
+                rec = read_request(self)
                 with outer.lock:
                     outer.requests.append(rec)
                 return rec
-
-            def _send(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def _echo(self, rec: Recorded) -> None:
                 self._send(200, {"headers": rec.headers, "query": rec.query, "path": rec.path})

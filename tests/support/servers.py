@@ -154,6 +154,37 @@ class Recorded:
     body: bytes
 
 
+def read_request(handler: BaseHTTPRequestHandler) -> Recorded:
+    """Read one request's body and record what it was (headers with lower-case names)."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    body = handler.rfile.read(length) if length else b""
+    parts = urlsplit(handler.path)
+    return Recorded(
+        handler.command,
+        parts.path,
+        parse_qs(parts.query),
+        {k.lower(): v for k, v in handler.headers.items()},
+        body,
+    )
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet HTTP/1.1 handler that answers JSON (``_send``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class PetstoreUpstream:
     """A real HTTP server implementing the OAI petstore (listPets, createPets, showPetById).
 
@@ -168,33 +199,11 @@ class PetstoreUpstream:
         }
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(JsonHandler):
             def _record(self) -> Recorded:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                parts = urlsplit(self.path)
-                rec = Recorded(
-                    self.command,
-                    parts.path,
-                    parse_qs(parts.query),
-                    {k.lower(): v for k, v in self.headers.items()},
-                    body,
-                )
+                rec = read_request(self)
                 outer.requests.append(rec)
                 return rec
-
-            def _send(self, status: int, payload: Any) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_GET(self) -> None:
                 rec = self._record()

@@ -6,15 +6,13 @@ when the guard refuses, the server must have seen no connection at all (invarian
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import os
 import sys
 import textwrap
-from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -27,30 +25,11 @@ from appliance.upstream.oauth import OAuthGrant, TokenCache
 from appliance.upstream.openapi_call import call_operation
 from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.upstream.transport import Egress
-from tests.unit.upstream_server import RecordingServer, serving
+from tests.unit.test_egress_guard import refusal, run, upstream
+from tests.unit.upstream_server import RecordingServer
 
-T = TypeVar("T")
 LOOPBACK = ("127.0.0.1/32",)
-
-
-def run(coro: Awaitable[T]) -> T:
-    async def main() -> T:
-        async with asyncio.timeout(20):
-            return await coro
-
-    return asyncio.run(main())
-
-
-def refusal(coro: Awaitable[Any]) -> UpstreamError:
-    with pytest.raises(UpstreamError) as caught:
-        run(coro)
-    return caught.value
-
-
-@pytest.fixture
-def upstream() -> Iterator[RecordingServer]:
-    with serving() as server:
-        yield server
+__all__ = ["upstream"]  # the recording-server fixture, shared with test_egress_guard
 
 
 # -- the localhost rule ---------------------------------------------------------------------
