@@ -312,6 +312,15 @@ def test_a_remote_mcp_server_behind_a_bearer_token_is_imported_through_the_admin
         # The stored connection holds no secret: it is safe to show an owner.
         listed = api.get("/api/v1/toolkits").text
         assert_absent(listed, token)
+        # The CLI takes the token from an environment variable, never from argv.
+        loopback = {"ALLOWED_TOOL_CIDRS": "127.0.0.1/32", "GUARD_TOKEN": token}
+        dry = cli(app.data_dir, "import", "mcp", url, "--slug", "by-cli", "--bearer-env", "GUARD_TOKEN",
+                  "--dry-run", "--json", env=loopback)  # fmt: skip
+        assert dry.returncode == 0, dry.stderr
+        assert "credential (bearer) checked" in json.loads(dry.stdout)["notes"]
+        assert_absent(dry.stdout + dry.stderr, token)
+        without = cli(app.data_dir, "import", "mcp", url, "--slug", "by-cli", "--dry-run", env=loopback)
+        assert without.returncode == 1 and "rejected the credentials" in without.stderr
 
 
 def test_the_admin_mcp_import_refuses_bad_bodies_and_guarded_urls_naming_the_field(api: httpx.Client) -> None:

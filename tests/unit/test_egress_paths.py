@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from appliance import config
 from appliance.catalogue.openapi import convert_openapi
-from appliance.errors import UpstreamError
+from appliance.errors import ConfigError, UpstreamError
 from appliance.secret import REDACTED, Redactor, Secret, secret_forms
 from appliance.upstream.auth import Authorizer, UpstreamAuth
 from appliance.upstream.guard import EgressPolicy
@@ -26,7 +27,7 @@ from appliance.upstream.openapi_call import call_operation
 from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.upstream.transport import Egress
 from tests.unit.test_egress_guard import refusal, run, upstream
-from tests.unit.upstream_server import RecordingServer
+from tests.unit.upstream_server import RecordingServer, serving
 
 LOOPBACK = ("127.0.0.1/32",)
 __all__ = ["upstream"]  # the recording-server fixture, shared with test_egress_guard
@@ -234,3 +235,34 @@ def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_i
         error = run(main())
     assert error.data["stderr"] == [f"token is {REDACTED}"]  # the child did read the variable
     assert token not in caplog.text and "token is [redacted]" in caplog.text
+
+
+# -- the process environment (SSRF-10) -------------------------------------------------------------
+
+
+def test_proxy_variables_in_the_environment_are_ignored_so_the_pinned_connection_stays_direct(
+    upstream: RecordingServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serving() as proxy:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+            monkeypatch.setenv(name, proxy.base)
+        monkeypatch.setenv("NO_PROXY", "")
+
+        async def main() -> Any:
+            async with Egress(EgressPolicy(LOOPBACK)) as egress:
+                return await egress.send("GET", f"{upstream.base}/echo")
+
+        assert run(main()).status == 200
+        assert proxy.connections == 0
+        assert upstream.requests[-1]["path"] == "/echo"  # origin-form: not sent as to a proxy
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/33", "0.0.0.0/0", "::/0", "*", "10.0.0.0/8,bogus"])
+def test_a_malformed_or_everything_opening_cidr_list_refuses_to_start_naming_the_setting(
+    tmp_path: Path, value: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path), "ALLOWED_TOOL_CIDRS": value})
+    assert refused.value.field == "allowed_tool_cidrs"
+    spaced = config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path), "ALLOWED_TOOL_CIDRS": " 10.0.0.0/8 ,"})
+    assert spaced.allowed_tool_cidrs == ("10.0.0.0/8",)
