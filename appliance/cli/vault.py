@@ -1,4 +1,4 @@
-"""Commands on secrets: ``credentials set|show|clear``, ``vault status|rotate|retire``, ``toolkits cap``.
+"""Commands on secrets: ``credentials``, ``vault status|rotate|retire|rekey``, ``toolkits cap``.
 
 A secret never comes from the command line, where every local user can read it in the
 process list: ``--from-env VAR`` names an environment variable holding it, ``--stdin``
@@ -175,7 +175,7 @@ def credentials_clear(slug: str, project: str, data_dir: str | None, config_file
 
 @main.group()
 def vault() -> None:
-    """The vault's key versions: status, rotate, retire."""
+    """The vault's keys: status, rotate and retire data key versions; rekey the master key."""
 
 
 @vault.command("status")
@@ -235,6 +235,23 @@ def vault_retire(version: int, data_dir: str | None, config_file: str | None) ->
 
     run(settings_for(config_file, data_dir=data_dir), lambda rt: store.retire(rt.db, rt.vault, version))
     click.echo(f"key version {version} retired")
+
+
+@vault.command("rekey")
+@DATA_DIR
+@CONFIG
+@guard
+def vault_rekey(data_dir: str | None, config_file: str | None) -> None:
+    """Replace the master key file with a new random key (the data keys are re-sealed under it).
+
+    A serving appliance keeps working and picks the new key up when it next needs it. Keep
+    a copy of the new key apart from database backups; old backups still need the old key.
+    """
+    from appliance.vault.keyring import rekey_file
+
+    settings = settings_for(config_file, data_dir=data_dir)
+    done = run(settings, lambda rt: rekey_file(rt.db, rt.vault, settings))
+    click.echo(f"new master key in {done['key_file']}; {done['data_keys']} data keys re-sealed under it")
 
 
 @toolkits.command("cap")

@@ -53,6 +53,13 @@ def read_master_key(settings: Settings) -> tuple[bytes | None, str]:
     return key, str(path)
 
 
+def _pending_hint(settings: Settings) -> str:
+    pending = settings.master_key_path.with_name(settings.master_key_path.name + ".new")
+    if settings.master_key is None and pending.exists():
+        return f" A rekey was interrupted: {pending} may hold the key that opens it."
+    return ""
+
+
 def _create_key_file(path: Path) -> bytes:
     key = new_key()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -64,9 +71,10 @@ def _create_key_file(path: Path) -> bytes:
 class Vault:
     """Seals and opens secrets; holds the master key and the data keys it has opened."""
 
-    def __init__(self, master: bytes) -> None:
+    def __init__(self, master: bytes, settings: Settings | None = None) -> None:
         self._kek = Sealer(master, _KEK_LABEL)
         self._keys: dict[int, Sealer] = {}
+        self._settings = settings  # to re-read the key after `vault rekey` in another process
 
     def __repr__(self) -> str:
         return f"Vault(versions={sorted(self._keys)})"
@@ -85,19 +93,35 @@ class Vault:
                     "No new key was created, because it could not open the stored secrets."
                 )
             master = _create_key_file(settings.master_key_path)
-        vault = cls(master)
+        vault = cls(master, settings)
         for row in rows:
             try:
                 vault._unwrap(int(row["version"]), bytes(row["wrapped"]))
             except SealError:
                 raise ConfigError(
                     f"the master key from {where} does not open this vault (data key version "
-                    f"{row['version']}); it is the wrong key. Nothing was changed."
+                    f"{row['version']}); it is the wrong key. Nothing was changed." + _pending_hint(settings)
                 ) from None
         return vault
 
     def _unwrap(self, version: int, wrapped: bytes) -> Sealer:
-        key = self._kek.open(wrapped, context("vault_keys", version, "key"))
+        ctx = context("vault_keys", version, "key")
+        try:
+            key = self._kek.open(wrapped, ctx)
+        except SealError:
+            # `vault rekey` may have replaced the master key since this process started:
+            # the data keys it already opened stay usable, a newer one needs the new key.
+            if self._settings is None:
+                raise
+            try:
+                current, _ = read_master_key(self._settings)
+            except ConfigError:
+                current = None
+            if current is None:
+                raise
+            kek = Sealer(current, _KEK_LABEL)
+            key = kek.open(wrapped, ctx)
+            self._kek = kek
         sealer = Sealer(key, version)
         self._keys[version] = sealer
         return sealer
@@ -141,3 +165,46 @@ class Vault:
 
     def forget(self, version: int) -> None:
         self._keys.pop(version, None)
+
+    async def rekey(self, tx: WriteTx, master: bytes) -> int:
+        """Re-seal every live data key under a new master key, in the caller's transaction.
+
+        The secrets themselves are untouched (they are sealed under the data keys). Returns
+        how many data keys were re-sealed; the caller stores the new key once this commits.
+        """
+        new = Sealer(master, _KEK_LABEL)
+        rows = await tx.all("SELECT version, wrapped FROM vault_keys WHERE wrapped IS NOT NULL")
+        for row in rows:
+            version = int(row["version"])
+            ctx = context("vault_keys", version, "key")
+            key = self._kek.open(bytes(row["wrapped"]), ctx)
+            await tx.run("UPDATE vault_keys SET wrapped = ? WHERE version = ?", (new.seal(key, ctx), version))
+        self._kek = new
+        return len(rows)
+
+
+async def rekey_file(db: Database, vault: Vault, settings: Settings) -> dict[str, int | str]:
+    """Replace the master key file with a new random key, re-sealing the data keys under it.
+
+    Crash-safe order: the new key is written beside the old one (``master.key.new``, 0600)
+    before the database changes, and renamed over it after the commit. A crash in between
+    leaves both files; start-up then names the one that opens the vault.
+    """
+    if settings.master_key is not None:
+        raise ConfigError(
+            "the master key comes from TOOLSPOKE_MASTER_KEY; rekey replaces the key file, so unset "
+            "the variable (and keep its value) first",
+            field="master_key",
+        )
+    path = settings.master_key_path
+    pending = path.with_name(path.name + ".new")
+    pending.unlink(missing_ok=True)
+    key = _create_key_file(pending)
+    try:
+        async with db.write() as tx:
+            count = await vault.rekey(tx, key)
+    except BaseException:
+        pending.unlink(missing_ok=True)
+        raise
+    os.replace(pending, path)
+    return {"data_keys": count, "key_file": str(path)}

@@ -420,3 +420,30 @@ def test_a_tampered_credential_fails_closed_as_credential_unavailable_and_nothin
             assert "cannot be decrypted" in text_of(result) and "Traceback" not in text_of(result)
         assert len(echo.requests) == before, "a call went out without its credential"
         assert api.get("/health").status_code == 200  # the process stays up
+
+
+def test_rekey_replaces_the_master_key_while_serving_and_calls_keep_working(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    token = canary("REKEY")
+    env = {"TOOLSPOKE_DEMO": "0"}
+    with EchoUpstream() as echo:
+        with running_appliance(data, env=env) as app, admin(app) as api:
+            assert import_echo(api, echo, "rk").status_code == 201
+            body = {"scheme": "bearer", "token": token}
+            assert api.put("/api/v1/toolkits/rk/credentials", json=body).status_code == 200
+            old = (data / "master.key").read_text()
+            assert run(_call(app, "rk__echo")).is_error is False
+            rekeyed = cli(data, "vault", "rekey")
+            assert rekeyed.returncode == 0, rekeyed.stderr
+            assert (data / "master.key").read_text() != old
+            assert old.strip() not in rekeyed.stdout + rekeyed.stderr
+            assert run(_call(app, "rk__echo")).is_error is False
+            # A key version made after the rekey: the server needs the new master key for it.
+            assert cli(data, "vault", "rotate").returncode == 0
+            assert run(_call(app, "rk__echo")).is_error is False
+            assert echo.requests[-1].headers["authorization"] == f"Bearer {token}"
+        with running_appliance(data, env=env) as app:
+            assert run(_call(app, "rk__echo")).is_error is False
+    (data / "master.key").write_text(old)
+    stale = cli(data, "credentials", "show", "rk")
+    assert stale.returncode == 2 and "wrong key" in stale.stderr

@@ -293,3 +293,32 @@ def test_no_plaintext_secret_reaches_the_database_file_or_its_wal(tmp_path: Path
     run(body, tmp_path)
     for path in tmp_path.glob("toolspoke.db*"):
         assert canary.encode() not in path.read_bytes()
+
+
+def test_rekey_replaces_the_key_file_and_only_the_new_key_opens_the_vault(tmp_path: Path) -> None:
+    from appliance.vault.keyring import rekey_file
+
+    settings_ = _settings(tmp_path)
+
+    async def body(db: Database) -> None:
+        vault = await Vault.open(db, settings_)
+        (kit,) = await _toolkits(db, 1)
+        await _put(db, vault, kit, "CANARY-rekeyed")
+        old = (tmp_path / "master.key").read_text()
+        serving = await Vault.open(db, settings_)  # another process, holding the old key
+        done = await rekey_file(db, vault, settings_)
+        assert done["data_keys"] == 1
+        new = (tmp_path / "master.key").read_text()
+        assert new != old and not (tmp_path / "master.key.new").exists()
+        assert (tmp_path / "master.key").stat().st_mode & 0o777 == 0o600
+        assert await _read(db, vault, kit) == {"token": "CANARY-rekeyed"}
+        # A version made after the rekey is sealed under the new key; the old process
+        # re-reads the key file when it meets it.
+        await store.rotate(db, vault)
+        assert await _read(db, serving, kit) == {"token": "CANARY-rekeyed"}
+        with pytest.raises(ConfigError, match="wrong key"):
+            await Vault.open(db, _settings(tmp_path, TOOLSPOKE_MASTER_KEY=old.strip()))
+        with pytest.raises(ConfigError, match="TOOLSPOKE_MASTER_KEY"):
+            await rekey_file(db, vault, _settings(tmp_path, TOOLSPOKE_MASTER_KEY=new.strip()))
+
+    run(body, tmp_path)
