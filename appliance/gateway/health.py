@@ -140,6 +140,10 @@ async def _verdict(rt: Runtime, kit: Toolkit) -> Verdict:
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
+            await credentials.load_auth(rt, kit.id)  # an undecryptable credential: broken (VAULT-03)
+        except UpstreamError as exc:
+            return Outcome.FATAL, exc.public_message
+        try:
             await tcp_reachable(rt.egress, kit.base_url, timeout_s=rt.settings.health_timeout_s)
         except UpstreamError as exc:
             return _failure(exc)

@@ -420,6 +420,10 @@ def test_a_tampered_credential_fails_closed_as_credential_unavailable_and_nothin
             assert "cannot be decrypted" in text_of(result) and "Traceback" not in text_of(result)
         assert len(echo.requests) == before, "a call went out without its credential"
         assert api.get("/health").status_code == 200  # the process stays up
+        probed = api.post("/api/v1/toolkits/a/probe")
+        assert probed.status_code == 200, probed.text
+        assert probed.json()["health"] == "broken"
+        assert "cannot be decrypted" in probed.json()["reason"]
 
 
 def test_rekey_replaces_the_master_key_while_serving_and_calls_keep_working(tmp_path: Path) -> None:
