@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from appliance.catalogue import store, sync_store
+from appliance.db import ReadConn
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Tool
@@ -235,19 +236,22 @@ async def _changed(rt: Runtime, project: str, slug: str) -> None:
     await rt.mcp.discard(key)
 
 
-async def load_auth(rt: Runtime, toolkit_id: int) -> UpstreamAuth | None:
-    async with rt.db.read() as conn:
-        stored = await vault_store.get(conn, toolkit_id)
-        if stored is None:
-            return None
-        try:
-            fields = await vault_store.open_secret(conn, rt.vault, stored)
-        except SealError:
-            raise UpstreamError(
-                "the toolkit's stored credential cannot be decrypted; set it again "
-                "(toolspoke credentials set); nothing was sent",
-                reason="credential_unavailable",
-            ) from None
+async def load_auth(rt: Runtime, toolkit_id: int, conn: ReadConn | None = None) -> UpstreamAuth | None:
+    """The toolkit's opened credential (None: it has none); ``credential_unavailable`` if it cannot open."""
+    if conn is None:
+        async with rt.db.read() as own:
+            return await load_auth(rt, toolkit_id, own)
+    stored = await vault_store.get(conn, toolkit_id)
+    if stored is None:
+        return None
+    try:
+        fields = await vault_store.open_secret(conn, rt.vault, stored)
+    except SealError:
+        raise UpstreamError(
+            "the toolkit's stored credential cannot be decrypted; set it again "
+            "(toolspoke credentials set); nothing was sent",
+            reason="credential_unavailable",
+        ) from None
     return to_auth(stored.scheme, stored.settings, fields)
 
 
@@ -286,9 +290,9 @@ class PreparedCall:
 
 async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
     """Open ``tool``'s toolkit credential and byte cap for one call."""
-    async with rt.db.read() as conn:
+    async with rt.db.read() as conn:  # one reader for both: this runs on every call
         egress = await store.toolkit_egress(conn, tool.toolkit_id)
-    auth = await load_auth(rt, tool.toolkit_id)
+        auth = await load_auth(rt, tool.toolkit_id, conn)
     authorizer = None
     if auth is not None and tool.source_kind == "openapi":
         key = f"{tool.project}.{tool.toolkit}"

@@ -35,12 +35,16 @@ class UpstreamAuth:
     env: tuple[tuple[str, Secret], ...] = ()  # stdio: variables for the child
 
     def secrets(self) -> list[str]:
-        """Every secret value and derived form an upstream could echo back."""
-        out = [s.reveal() for s in (self.value, self.username, self.password) if s is not None]
+        """Every secret value and derived form an upstream could echo back.
+
+        A Basic user name and an OAuth client id are not secrets on their own (an upstream
+        may well say "hello, bot"); they are redacted as part of the ``user:pass`` pair.
+        """
+        out = [s.reveal() for s in (self.value, self.password) if s is not None]
         if self.username is not None and self.password is not None:
             out.append(self._basic_pair())
         if self.oauth is not None:
-            out += [self.oauth.refresh_token.reveal(), self.oauth.client_id.reveal()]
+            out.append(self.oauth.refresh_token.reveal())
             if self.oauth.client_secret is not None:
                 out.append(self.oauth.client_secret.reveal())
         out += [v.reveal() for _, v in self.env]
