@@ -329,9 +329,20 @@ async def tools_in_toolkit(conn: ReadConn, toolkit_id: int, *, scope: Scope | No
     return await conn.batch(lambda r: tools_in_toolkit_in(r, toolkit_id, scope=scope))
 
 
+_EGRESS = "SELECT meta, max_response_bytes FROM toolkits WHERE id = ?"
+
+
 async def toolkit_egress(conn: ReadConn, toolkit_id: int) -> dict[str, Any]:
     """What credentials and caps need of a toolkit: its security schemes and byte cap."""
-    row = await conn.one("SELECT meta, max_response_bytes FROM toolkits WHERE id = ?", (toolkit_id,))
+    return _egress(await conn.one(_EGRESS, (toolkit_id,)))
+
+
+def toolkit_egress_in(reader: SyncReader, toolkit_id: int) -> dict[str, Any]:
+    """``toolkit_egress`` inside a ``ReadConn.batch``."""
+    return _egress(reader.one(_EGRESS, (toolkit_id,)))
+
+
+def _egress(row: Any) -> dict[str, Any]:
     if row is None:
         return {"security_schemes": {}, "max_response_bytes": None}
     meta = loads(row["meta"]) or {}

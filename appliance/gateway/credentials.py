@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from appliance.catalogue import store, sync_store
-from appliance.db import ReadConn
+from appliance.db import ReadConn, SyncReader
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Tool
@@ -236,12 +236,13 @@ async def _changed(rt: Runtime, project: str, slug: str) -> None:
     await rt.mcp.discard(key)
 
 
-async def load_auth(rt: Runtime, toolkit_id: int, conn: ReadConn | None = None) -> UpstreamAuth | None:
+async def load_auth(rt: Runtime, toolkit_id: int) -> UpstreamAuth | None:
     """The toolkit's opened credential (None: it has none); ``credential_unavailable`` if it cannot open."""
-    if conn is None:
-        async with rt.db.read() as own:
-            return await load_auth(rt, toolkit_id, own)
-    stored = await vault_store.get(conn, toolkit_id)
+    async with rt.db.read() as conn:
+        return await _open(rt, conn, await vault_store.get(conn, toolkit_id))
+
+
+async def _open(rt: Runtime, conn: ReadConn, stored: vault_store.StoredSecret | None) -> UpstreamAuth | None:
     if stored is None:
         return None
     try:
@@ -290,9 +291,14 @@ class PreparedCall:
 
 async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
     """Open ``tool``'s toolkit credential and byte cap for one call."""
-    async with rt.db.read() as conn:  # one reader for both: this runs on every call
-        egress = await store.toolkit_egress(conn, tool.toolkit_id)
-        auth = await load_auth(rt, tool.toolkit_id, conn)
+    kit = tool.toolkit_id
+
+    def read(reader: SyncReader) -> tuple[dict[str, Any], vault_store.StoredSecret | None]:
+        return store.toolkit_egress_in(reader, kit), vault_store.get_in(reader, kit)
+
+    async with rt.db.read() as conn:  # both reads in one thread hop: this runs on every call
+        egress, stored = await conn.batch(read)
+        auth = await _open(rt, conn, stored)
     authorizer = None
     if auth is not None and tool.source_kind == "openapi":
         key = f"{tool.project}.{tool.toolkit}"

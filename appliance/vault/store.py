@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.db import Database, ReadConn, WriteTx, dumps, loads
+from appliance.db import Database, ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, InvalidParams
 from appliance.vault.crypto import context
 from appliance.vault.keyring import Vault
@@ -60,12 +60,22 @@ async def put(
     )
 
 
+_GET = (
+    "SELECT toolkit_id, scheme, settings, key_version, blob, created_at, updated_at"
+    " FROM secrets WHERE toolkit_id = ?"
+)
+
+
 async def get(conn: ReadConn, toolkit_id: int) -> StoredSecret | None:
-    row = await conn.one(
-        "SELECT toolkit_id, scheme, settings, key_version, blob, created_at, updated_at"
-        " FROM secrets WHERE toolkit_id = ?",
-        (toolkit_id,),
-    )
+    return _stored(await conn.one(_GET, (toolkit_id,)))
+
+
+def get_in(reader: SyncReader, toolkit_id: int) -> StoredSecret | None:
+    """``get`` inside a ``ReadConn.batch`` (the call path reads several things in one hop)."""
+    return _stored(reader.one(_GET, (toolkit_id,)))
+
+
+def _stored(row: Any) -> StoredSecret | None:
     if row is None:
         return None
     return StoredSecret(
