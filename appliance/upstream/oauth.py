@@ -48,7 +48,13 @@ class _Held:
     grant: OAuthGrant
     token: Secret
     expires_at: float
-    refresh_token: Secret
+    refresh_token: Secret  # the newest one (the server may rotate it at each refresh)
+    lineage: list[Secret]  # every refresh token of this grant so far: still "the same credential"
+
+    def matches(self, grant: OAuthGrant) -> bool:
+        """``grant`` is this credential: same client, and a refresh token we have held."""
+        same_client = replace(grant, refresh_token=self.grant.refresh_token) == self.grant
+        return same_client and grant.refresh_token in self.lineage
 
 
 class TokenCache:
@@ -80,7 +86,7 @@ class TokenCache:
         """A valid access token; ``force`` refreshes unless another call already replaced ``stale``."""
         async with self._locks.setdefault(key, asyncio.Lock()):
             held = self._held.get(key)
-            if held is not None and held.grant != grant:
+            if held is not None and not held.matches(grant):
                 held = None  # the owner changed the credential
             if held is not None:
                 fresh = held.expires_at > self.clock()
@@ -91,14 +97,15 @@ class TokenCache:
             token, lifetime, rotated = await self._refresh(egress, grant, refresh)
             if rotated is not None and rotated != refresh and on_rotated is not None:
                 await on_rotated(rotated)
-            if rotated is not None:
-                # The vault now holds the new refresh token, so the next call's grant does too.
-                grant = replace(grant, refresh_token=rotated)
+            lineage = held.lineage if held is not None else [grant.refresh_token]
+            if rotated is not None and rotated not in lineage:
+                lineage = [*lineage[-7:], rotated]  # the vault now holds it: the next grant will
             self._held[key] = _Held(
-                grant=grant,
+                grant=held.grant if held is not None else grant,
                 token=token,
                 expires_at=self.clock() + max(0.0, lifetime - _EARLY_S),
                 refresh_token=rotated or refresh,
+                lineage=lineage,
             )
             return token
 

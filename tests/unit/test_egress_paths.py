@@ -25,7 +25,9 @@ from appliance.upstream.guard import EgressPolicy
 from appliance.upstream.oauth import OAuthGrant, TokenCache
 from appliance.upstream.openapi_call import call_operation
 from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
+from appliance.upstream.reach import tcp_reachable
 from appliance.upstream.transport import Egress
+from tests.support.echo_upstream import EchoUpstream
 from tests.unit.test_egress_guard import refusal, run, upstream
 from tests.unit.upstream_server import RecordingServer, serving
 
@@ -266,3 +268,64 @@ def test_a_malformed_or_everything_opening_cidr_list_refuses_to_start_naming_the
     assert refused.value.field == "allowed_tool_cidrs"
     spaced = config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path), "ALLOWED_TOOL_CIDRS": " 10.0.0.0/8 ,"})
     assert spaced.allowed_tool_cidrs == ("10.0.0.0/8",)
+
+
+def test_a_health_probe_to_a_name_that_now_resolves_internally_is_refused_without_connecting(
+    upstream: RecordingServer,
+) -> None:
+    async def fixed(host: str, port: int) -> list[str]:
+        return ["10.0.0.7"] if host == "api.test" else ["127.0.0.1"]
+
+    async def probe(url: str) -> None:
+        async with Egress(EgressPolicy(LOOPBACK, resolver=fixed)) as egress:
+            await tcp_reachable(egress, url, timeout_s=5)
+
+    error = refusal(probe(f"http://api.test:{upstream.port}/"))
+    assert error.reason == "ssrf_blocked" and error.data == {"address": "10.0.0.7", "rule": "private"}
+    assert upstream.connections == 0
+    run(probe(f"http://ok.test:{upstream.port}/"))  # the same probe to an allowed answer connects
+    assert upstream.connections == 1
+
+
+def test_an_oauth_call_answered_401_is_refreshed_and_sent_once_more_never_in_a_loop(
+    upstream: RecordingServer,
+) -> None:
+    with EchoUpstream(client_secret="cs-123456", refresh_token="rt-0-123456") as auth_server:
+        grant = OAuthGrant(
+            token_url=auth_server.base_url + "/oauth/token",
+            client_id=Secret(auth_server.client_id),
+            client_secret=Secret("cs-123456"),
+            refresh_token=Secret("rt-0-123456"),
+        )
+        rotated: list[Secret] = []
+
+        async def keep(new: Secret) -> None:
+            rotated.append(new)
+
+        async def main() -> Any:
+            async with Egress(EgressPolicy(LOOPBACK)) as egress:
+                authorizer = Authorizer(
+                    UpstreamAuth("oauth2", oauth=grant), TokenCache(), "k", on_rotated=keep
+                )
+                result = await call_operation(
+                    egress,
+                    base_url=upstream.base,
+                    binding={"method": "GET", "path": "/status/401"},
+                    arguments={},
+                    timeout_s=10,
+                    max_bytes=1 << 20,
+                    authorizer=authorizer,
+                )
+                return result, authorizer.redactor()
+
+        result, redactor = run(main())
+        assert result.is_error is True and result.meta["status"] == 401
+        api_calls = [r for r in upstream.requests if r["path"] == "/status/401"]
+        assert len(api_calls) == 2 and auth_server.refreshes == 2
+        first, second = (r["headers"]["authorization"] for r in api_calls)
+        assert first != second and second == f"Bearer {auth_server.access_token}"
+        # Each refresh rotated the refresh token; the second used the first's, the vault got both.
+        assert len(rotated) == 2 and rotated[0] != rotated[1]
+        assert rotated[-1].reveal() == auth_server.refresh_token
+        # Both access tokens this call used are known to the redactor.
+        assert redactor.text(f"{first} {second}") == f"Bearer {REDACTED} Bearer {REDACTED}"
