@@ -264,6 +264,7 @@ async def import_mcp(
     replace: bool = False,
     approve_new: bool = False,
     credential: Mapping[str, Any] | None = None,
+    importer: Principal | None = None,
 ) -> ImportReport:
     """Connect, list the server's tools, and store them with how to reach the server.
 
@@ -271,10 +272,13 @@ async def import_mcp(
     ``gateway/sync.approve``) instead of ``active``. ``credential`` (an admin API body's
     ``auth``: scheme bearer, header or basic; env for stdio) is used to connect and sealed
     in the vault with the toolkit; it is never stored in the connection or reported.
+    ``importer``: the API caller, who will own the toolkit (None: the operator's CLI).
     """
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
+    if not dry_run:
+        await count_import(rt, importer)
     _check_connection(rt, f"{project}.{slug}", connection)
     cred = None
     if credential is not None:
@@ -306,7 +310,9 @@ async def import_mcp(
     if cred is not None:
         report.notes.append(f"credential ({cred.scheme}) {'checked' if dry_run else 'sealed in the vault'}")
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace, approve_new=approve_new, credential=cred)
+        report.replaced = await _store(
+            rt, draft, project, replace, approve_new=approve_new, credential=cred, importer=importer
+        )
         if cred is not None:
             await rt.mcp.discard(f"{project}.{slug}")  # a pooled session with the old credential
     report.seconds = time.perf_counter() - started

@@ -1,4 +1,8 @@
-"""Admin API for credentials, remote MCP imports and per-toolkit caps (admin key, as all of /api/v1).
+"""Admin API for credentials, remote MCP imports and per-toolkit caps.
+
+A user's key (never an agent's): a toolkit's credential and cap are managed by its owner or
+an admin (anyone else gets the 404 of a toolkit that does not exist); a remote MCP import is
+owned by whoever makes it and counts against the hourly import limit, as OpenAPI imports do.
 
 - ``PUT    /api/v1/toolkits/<slug>/credentials``: body ``{"scheme", ...secret parts}``; the
   answer (and ``GET``) is metadata only: scheme, non-secret settings, key version, times
@@ -20,12 +24,19 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
+from appliance.access import grants
 from appliance.errors import ApplianceError, InvalidParams, UpstreamError
 from appliance.gateway import credentials, imports
-from appliance.web.admin import admin_only, error_response, json_body
+from appliance.web.admin import body, error_response, person_only
 
 bp = Blueprint("admin_credentials", url_prefix="/api/v1")
-bp.on_request(admin_only)
+bp.on_request(person_only)
+
+
+async def _managed(request: Request, slug: str, project: str) -> None:
+    """The caller owns the toolkit or is an admin; anything else is a toolkit that does not exist."""
+    async with request.app.ctx.rt.db.read() as conn:
+        await grants.find_toolkit(conn, request.ctx.principal, slug, project)
 
 
 def _project(request: Request, doc: dict[str, Any] | None = None) -> str:
@@ -45,10 +56,10 @@ def _refused(exc: ApplianceError) -> HTTPResponse:
 @bp.put("/toolkits/<slug>/credentials")
 async def put_credentials(request: Request, slug: str) -> HTTPResponse:
     try:
-        doc = json_body(request)
-        shown = await credentials.set_credential(
-            request.app.ctx.rt, slug, doc, project=_project(request, doc)
-        )
+        doc = body(request)
+        project = _project(request, doc)
+        await _managed(request, slug, project)
+        shown = await credentials.set_credential(request.app.ctx.rt, slug, doc, project=project)
     except ApplianceError as exc:
         return _refused(exc)
     return response.json(shown)
@@ -57,7 +68,9 @@ async def put_credentials(request: Request, slug: str) -> HTTPResponse:
 @bp.get("/toolkits/<slug>/credentials")
 async def get_credentials(request: Request, slug: str) -> HTTPResponse:
     try:
-        shown = await credentials.show_credential(request.app.ctx.rt, slug, project=_project(request))
+        project = _project(request)
+        await _managed(request, slug, project)
+        shown = await credentials.show_credential(request.app.ctx.rt, slug, project=project)
     except ApplianceError as exc:
         return error_response(exc)
     return response.json(shown)
@@ -67,6 +80,7 @@ async def get_credentials(request: Request, slug: str) -> HTTPResponse:
 async def delete_credentials(request: Request, slug: str) -> HTTPResponse:
     try:
         project = _project(request)
+        await _managed(request, slug, project)
         removed = await credentials.clear_credential(request.app.ctx.rt, slug, project=project)
     except ApplianceError as exc:
         return error_response(exc)
@@ -76,13 +90,15 @@ async def delete_credentials(request: Request, slug: str) -> HTTPResponse:
 @bp.put("/toolkits/<slug>/limits")
 async def put_limits(request: Request, slug: str) -> HTTPResponse:
     try:
-        doc = json_body(request)
+        doc = body(request)
         if "max_response_bytes" not in doc:
             raise InvalidParams(
                 "give 'max_response_bytes' (bytes, or null for the setting)", field="max_response_bytes"
             )
+        project = _project(request, doc)
+        await _managed(request, slug, project)
         shown = await credentials.set_response_cap(
-            request.app.ctx.rt, slug, doc["max_response_bytes"], project=_project(request, doc)
+            request.app.ctx.rt, slug, doc["max_response_bytes"], project=project
         )
     except ApplianceError as exc:
         return error_response(exc)
@@ -92,7 +108,7 @@ async def put_limits(request: Request, slug: str) -> HTTPResponse:
 @bp.post("/toolkits/mcp")
 async def import_mcp(request: Request) -> HTTPResponse:
     try:
-        doc = json_body(request)
+        doc = body(request)
         slug, url = doc.get("slug"), doc.get("url")
         if not isinstance(slug, str) or not slug:
             raise InvalidParams("'slug' must be a non-empty string", field="slug")
@@ -118,6 +134,7 @@ async def import_mcp(request: Request) -> HTTPResponse:
             replace=flags["replace"],
             approve_new=flags["require_approval"],
             credential=auth,
+            importer=request.ctx.principal,
         )
     except ApplianceError as exc:
         return _refused(exc)

@@ -139,6 +139,19 @@ SCHEMAS: dict[str, Any] = {
         ["id", "agent_id", "toolkit", "project", "enabled", "tools"],
     ),
     "Deleted": _obj({"deleted": {}}, ["deleted"]),
+    "Credential": _obj(
+        {
+            "toolkit": {"type": "string"},
+            "project": {"type": "string"},
+            "set": {"type": "boolean"},
+            "scheme": {"type": "string"},
+            "settings": {"type": "object"},
+            "key_version": {"type": "integer"},
+            "created_at": _TIME,
+            "updated_at": _TIME,
+        },
+        ["toolkit", "project", "set"],
+    ),
 }
 
 
@@ -274,6 +287,72 @@ PATHS: dict[str, dict[str, Any]] = {
                     "owner_id": _ID,
                 },
                 closed=True,
+            ),
+        ),
+    },
+    # credentials, remote MCP import and caps (web/admin_credentials.py)
+    "/api/v1/toolkits/{slug}/credentials": {
+        "parameters": [_SLUG_P],
+        "get": _op(
+            "Whether the toolkit has a credential: metadata only (owner or admin)",
+            _ref("Credential"),
+            params=[_PROJECT_Q],
+        ),
+        "put": _op(
+            "Seal the toolkit's upstream credential; answers its metadata, never the value (owner or admin)",
+            _ref("Credential"),
+            body=_obj(
+                {
+                    "scheme": {"enum": ["bearer", "header", "query", "cookie", "basic", "oauth2", "env"]},
+                    "project": {"type": "string"},
+                    "token": {"type": "string"},
+                    "name": {"type": "string"},
+                    "value": {"type": "string"},
+                    "username": {"type": "string"},
+                    "password": {"type": "string"},
+                    "token_url": {"type": "string"},
+                    "client_id": {"type": "string"},
+                    "client_secret": {"type": "string"},
+                    "refresh_token": {"type": "string"},
+                    "scope": {"type": "string"},
+                    "client_auth": {"enum": ["basic", "post"]},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+                ["scheme"],
+            ),
+        ),
+        "delete": _op(
+            "Remove the toolkit's credential (owner or admin)", {"type": "object"}, params=[_PROJECT_Q]
+        ),
+    },
+    "/api/v1/toolkits/{slug}/limits": {
+        "parameters": [_SLUG_P],
+        "put": _op(
+            "Set the toolkit's response byte cap; null: the setting (owner or admin)",
+            {"type": "object"},
+            body=_obj(
+                {"max_response_bytes": {"type": ["integer", "null"]}, "project": {"type": "string"}},
+                ["max_response_bytes"],
+            ),
+        ),
+    },
+    "/api/v1/toolkits/mcp": {
+        "post": _op(
+            "Import a remote MCP server; the caller owns the toolkit (limited per hour)",
+            {"type": "object"},
+            status="201",
+            body=_obj(
+                {
+                    "slug": {"type": "string"},
+                    "url": {"type": "string"},
+                    "transport": {"enum": ["auto", "http", "sse"]},
+                    "project": {"type": "string"},
+                    "dry_run": {"type": "boolean"},
+                    "replace": {"type": "boolean"},
+                    "require_approval": {"type": "boolean"},
+                    "auth": {"type": "object"},
+                },
+                ["slug", "url"],
             ),
         ),
     },

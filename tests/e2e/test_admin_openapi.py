@@ -2,9 +2,9 @@
 and Schemathesis finds no server error and no response that breaks the document.
 
 Schemathesis runs its CLI against a real ``toolspoke serve`` with the admin key, bounded by
-``--max-time``. ``POST /api/v1/toolkits/openapi`` is left out of that run only: its
-``source`` URLs make the appliance resolve and fetch arbitrary hosts; the import tests
-cover it.
+``--max-time``. ``POST /api/v1/toolkits/openapi`` and ``/mcp`` are left out of that run only: their
+URLs make the appliance resolve and connect to arbitrary hosts; the import tests cover
+them.
 """
 
 from __future__ import annotations
@@ -90,6 +90,8 @@ def test_schemathesis_finds_no_server_error_and_no_response_that_breaks_the_docu
             str(BUDGET_S),
             "--exclude-path",
             "/api/v1/toolkits/openapi",
+            "--exclude-path",
+            "/api/v1/toolkits/mcp",
             "--seed",
             "4",
         ],

@@ -397,3 +397,50 @@ def test_the_cli_takes_secrets_from_the_environment_or_stdin_never_argv_and_show
     cleared = cli(data, "credentials", "clear", "echo")
     assert cleared.returncode == 0 and "credential cleared" in cleared.stdout
     assert json.loads(cli(data, "credentials", "show", "echo", "--json").stdout)["set"] is False
+
+
+def test_only_a_toolkits_owner_or_an_admin_manages_its_credential_and_agents_never(
+    app: Appliance, api: httpx.Client, echo: EchoUpstream
+) -> None:
+    import_echo(api, echo, "echo-owned")
+    secret = canary("OWN")
+    assert (
+        api.put(
+            "/api/v1/toolkits/echo-owned/credentials", json={"scheme": "bearer", "token": secret}
+        ).status_code
+        == 200
+    )
+    uid = api.post("/api/v1/users", json={"name": "mallory"}).json()["id"]
+    user_key = api.post("/api/v1/keys", json={"user_id": uid}).json()["key"]
+    with httpx.Client(
+        base_url=app.base_url, headers={"Authorization": f"Bearer {user_key}"}, timeout=60
+    ) as other:
+        for method, path, body in (
+            ("GET", "/api/v1/toolkits/echo-owned/credentials", None),
+            ("PUT", "/api/v1/toolkits/echo-owned/credentials", {"scheme": "bearer", "token": canary()}),
+            ("DELETE", "/api/v1/toolkits/echo-owned/credentials", None),
+            ("PUT", "/api/v1/toolkits/echo-owned/limits", {"max_response_bytes": 1}),
+        ):
+            r = other.request(method, path, json=body)
+            assert r.status_code == 404, (method, path, r.text)  # as if it did not exist
+            assert_absent(r.text, secret)
+        # Their own toolkit is theirs to manage.
+        mine = other.post(
+            "/api/v1/toolkits/openapi", json={"slug": "mallorys", "spec": echo_spec(echo.base_url)}
+        )
+        assert mine.status_code == 201, mine.text
+        r = other.put("/api/v1/toolkits/mallorys/credentials", json={"scheme": "bearer", "token": canary()})
+        assert r.status_code == 200 and r.json()["set"] is True
+    agent = api.post("/api/v1/agents", json={"name": "bot"}).json()["id"]
+    agent_key = api.post("/api/v1/keys", json={"agent_id": agent}).json()["key"]
+    r = httpx.get(
+        app.base_url + "/api/v1/toolkits/echo-owned/credentials",
+        headers={"Authorization": f"Bearer {agent_key}"},
+        timeout=60,
+    )
+    assert r.status_code in (401, 403), r.text
+    # the owner's credential is untouched by all of that
+    assert api.get("/api/v1/toolkits/echo-owned/credentials").json()["updated_at"]
+    before = len(echo.requests)
+    assert run(call(app, "echo-owned__echo")).is_error is False
+    assert echo.requests[before].headers["authorization"] == f"Bearer {secret}"
