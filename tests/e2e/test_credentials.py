@@ -57,7 +57,9 @@ def echo() -> Iterator[EchoUpstream]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    with running_appliance(tmp_path_factory.mktemp("creds") / "data", env={"TOOLSPOKE_DEMO": "0"}) as running:
+    # Every test here imports its own toolkits as the admin: lift the hourly import limit.
+    env = {"TOOLSPOKE_DEMO": "0", "TOOLSPOKE_IMPORTS_PER_HOUR": "1000"}
+    with running_appliance(tmp_path_factory.mktemp("creds") / "data", env=env) as running:
         yield running
 
 
