@@ -95,7 +95,9 @@ async def call_tool(
     prepared: credentials.PreparedCall | None = None
     try:
         prepared = await credentials.prepare(rt, tool)  # the vault's credential and the byte cap
-        result = await _dispatch(rt, tool, arguments, on_progress, on_log, prepared=prepared)
+        # What the upstream says while it works (progress, log messages) is redacted too.
+        relay_progress, relay_log = prepared.relays(on_progress, on_log)
+        result = await _dispatch(rt, tool, arguments, relay_progress, relay_log, prepared=prepared)
     except UpstreamError as exc:
         result = CallResult(
             content=[{"type": "text", "text": exc.public_message}],

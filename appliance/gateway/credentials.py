@@ -9,7 +9,7 @@ OpenAPI, headers or child environment for MCP) and the ``Redactor`` for the answ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Tool
 from appliance.secret import MIN_FORM, Redactor, Secret
 from appliance.upstream.auth import MCP_HTTP_SCHEMES, MCP_STDIO_SCHEMES, SCHEMES, Authorizer, UpstreamAuth
+from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.oauth import OAuthGrant
 from appliance.vault import store as vault_store
 from appliance.vault.crypto import SealError
@@ -269,6 +270,26 @@ class PreparedCall:
     auth: UpstreamAuth | None
     authorizer: Authorizer | None
     max_bytes: int
+
+    def relays(
+        self, on_progress: ProgressCallback | None, on_log: LogRelay | None
+    ) -> tuple[ProgressCallback | None, LogRelay | None]:
+        """The call's progress and log relays, redacting what an upstream says on the way."""
+        if self.auth is None:
+            return on_progress, on_log
+        redactor = Redactor(self.auth.secrets())
+        progress: ProgressCallback | None = None
+        if on_progress is not None:
+            relay_progress = on_progress
+
+            def progress(params: dict[str, Any]) -> Awaitable[None] | None:
+                return relay_progress(redactor.value(params))
+
+        log: LogRelay | None = None
+        if on_log is not None:
+            deliver = on_log.deliver
+            log = LogRelay(level=on_log.level, deliver=lambda params: deliver(redactor.value(params)))
+        return progress, log
 
     def redact(self, result: CallResult) -> CallResult:
         """``result`` with every form of the toolkit's secrets replaced (RELIABILITY D-6)."""

@@ -329,3 +329,24 @@ def test_an_oauth_call_answered_401_is_refreshed_and_sent_once_more_never_in_a_l
         assert rotated[-1].reveal() == auth_server.refresh_token
         # Both access tokens this call used are known to the redactor.
         assert redactor.text(f"{first} {second}") == f"Bearer {REDACTED} Bearer {REDACTED}"
+
+
+def test_progress_and_log_messages_relayed_during_a_call_are_redacted_too() -> None:
+    from appliance.gateway.credentials import PreparedCall
+    from appliance.upstream.mcp_session import LogRelay
+
+    got: list[dict[str, Any]] = []
+    prepared = PreparedCall(
+        auth=UpstreamAuth("bearer", value=Secret("tok-123456789")), authorizer=None, max_bytes=1
+    )
+    progress, log = prepared.relays(got.append, LogRelay(level="info", deliver=got.append))
+    assert progress is not None and log is not None
+    progress({"progressToken": 1, "message": "using tok-123456789"})
+    log.deliver({"level": "info", "data": {"header": "Bearer tok-123456789"}})
+    assert got == [
+        {"progressToken": 1, "message": f"using {REDACTED}"},
+        {"level": "info", "data": {"header": f"Bearer {REDACTED}"}},
+    ]
+    assert log.level == "info"
+    bare = PreparedCall(auth=None, authorizer=None, max_bytes=1)
+    assert bare.relays(got.append, None) == (got.append, None)  # nothing to hide: untouched
