@@ -317,17 +317,23 @@ async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
     def read(reader: SyncReader) -> tuple[dict[str, Any], vault_store.StoredSecret | None]:
         return store.toolkit_egress_in(reader, kit), vault_store.get_in(reader, kit)
 
-    async with rt.db.read() as conn:  # both reads in one thread hop: this runs on every call
-        egress, stored = await conn.batch(read)
-        auth = await _open(rt, conn, stored)
+    async def load(conn: ReadConn) -> tuple[int | None, UpstreamAuth | None]:
+        egress, stored = await conn.batch(read)  # both reads in one thread hop
+        return egress["max_response_bytes"], await _open(rt, conn, stored)
+
+    # Remembered until the database changes (a credential set, cleared, rotated or retired
+    # anywhere is a commit): a steady stream of calls opens each credential once. A row
+    # that does not open raises, and a failure is never remembered.
+    max_bytes, auth = await rt.db.cached(("credential", kit), load)
     authorizer = None
     if auth is not None and tool.source_kind == "openapi":
         key = f"{tool.project}.{tool.toolkit}"
         authorizer = Authorizer(
             auth, rt.tokens, key, on_rotated=lambda new: _keep_rotated(rt, tool.toolkit_id, new)
         )
-    cap = egress["max_response_bytes"] or rt.settings.upstream_max_bytes
-    return PreparedCall(auth=auth, authorizer=authorizer, max_bytes=int(cap))
+    return PreparedCall(
+        auth=auth, authorizer=authorizer, max_bytes=int(max_bytes or rt.settings.upstream_max_bytes)
+    )
 
 
 async def _keep_rotated(rt: Runtime, toolkit_id: int, refresh_token: Secret) -> None:

@@ -34,16 +34,14 @@ from appliance.config import Settings
 from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy, Resolver, host_port
 
-# httpx logs every request URL at INFO (a query-string API key included) and httpcore logs
-# response headers at DEBUG (an upstream may echo a credential there): below WARNING they
-# would put secrets in the log, whatever TOOLSPOKE_LOG_LEVEL says (RELIABILITY VAULT-01).
+# httpx logs every request URL at INFO (a query-string API key included; and a line per
+# upstream request doubled the log's cost per call) and httpcore logs response headers at
+# DEBUG (an upstream may echo a credential there): below WARNING they would put secrets in
+# the log, whatever TOOLSPOKE_LOG_LEVEL says (RELIABILITY VAULT-01).
 for _chatty in ("httpx", "httpcore"):
     logging.getLogger(_chatty).setLevel(logging.WARNING)
 
 USER_AGENT = "toolspoke/0.1"
-# httpx logs every request at INFO with its full URL: the query string may carry a
-# credential, and a line per upstream request doubled the log's cost per call.
-logging.getLogger("httpx").setLevel(logging.WARNING)
 # Only encodings we can decode with a bounded output; the caller cannot widen this.
 ACCEPT_ENCODING = "gzip, deflate"
 _MAX_LOCATION = 200
