@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -270,9 +271,7 @@ def test_a_malformed_or_everything_opening_cidr_list_refuses_to_start_naming_the
     assert spaced.allowed_tool_cidrs == ("10.0.0.0/8",)
 
 
-def test_a_health_probe_to_a_name_that_now_resolves_internally_is_refused_without_connecting(
-    upstream: RecordingServer,
-) -> None:
+def test_a_health_probe_to_a_name_that_now_resolves_internally_is_refused_without_connecting() -> None:
     async def fixed(host: str, port: int) -> list[str]:
         return ["10.0.0.7"] if host == "api.test" else ["127.0.0.1"]
 
@@ -280,11 +279,19 @@ def test_a_health_probe_to_a_name_that_now_resolves_internally_is_refused_withou
         async with Egress(EgressPolicy(LOOPBACK, resolver=fixed)) as egress:
             await tcp_reachable(egress, url, timeout_s=5)
 
-    error = refusal(probe(f"http://api.test:{upstream.port}/"))
-    assert error.reason == "ssrf_blocked" and error.data == {"address": "10.0.0.7", "rule": "private"}
-    assert upstream.connections == 0
-    run(probe(f"http://ok.test:{upstream.port}/"))  # the same probe to an allowed answer connects
-    assert upstream.connections == 1
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        error = refusal(probe(f"http://api.test:{port}/"))
+        assert error.reason == "ssrf_blocked" and error.data == {"address": "10.0.0.7", "rule": "private"}
+        with pytest.raises(BlockingIOError):  # nothing is waiting in the backlog: no connect
+            listener.accept()
+        # The same probe to an allowed answer connects (the handshake is done when it returns).
+        run(probe(f"http://ok.test:{port}/"))
+        accepted, _ = listener.accept()
+        accepted.close()
 
 
 def test_an_oauth_call_answered_401_is_refreshed_and_sent_once_more_never_in_a_loop(
