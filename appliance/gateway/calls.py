@@ -172,8 +172,7 @@ async def _call_mcp(
         raise UpstreamError(
             f"toolkit {tool.toolkit!r} has no MCP connection configured", reason="no_upstream"
         )
-    if prepared.auth is not None:
-        connection = {**connection, "auth": prepared.auth}  # opened for this call, never stored
+    connection = prepared.connection(connection)  # credential and cap for this call, never stored
     async with watched(rt, tool):  # health: refuse at once when broken; feed the outcome
         raw = await rt.mcp.call_tool(
             pool_key(tool),

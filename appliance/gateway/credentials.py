@@ -258,9 +258,12 @@ async def _open(rt: Runtime, conn: ReadConn, stored: vault_store.StoredSecret | 
 
 
 async def connection_with_auth(rt: Runtime, toolkit_id: int, connection: dict[str, Any]) -> dict[str, Any]:
-    """An MCP toolkit's connection with its opened credential under ``auth`` (never stored)."""
-    auth = await load_auth(rt, toolkit_id)
-    return connection if auth is None else {**connection, "auth": auth}
+    """An MCP toolkit's connection as its calls use it (credential and cap; never stored).
+
+    Probes and re-syncs use this too, so the pooled session they share with calls is not
+    reopened for a connection that merely looks different.
+    """
+    return (await prepare_kit(rt, toolkit_id)).connection(connection)
 
 
 @dataclass
@@ -270,6 +273,13 @@ class PreparedCall:
     auth: UpstreamAuth | None
     authorizer: Authorizer | None
     max_bytes: int
+
+    def connection(self, connection: dict[str, Any]) -> dict[str, Any]:
+        """An MCP connection with this call's opened credential (``auth``) and cap (``max_bytes``)."""
+        extra: dict[str, Any] = {"max_bytes": self.max_bytes}
+        if self.auth is not None:
+            extra["auth"] = self.auth
+        return {**connection, **extra}
 
     def relays(
         self, on_progress: ProgressCallback | None, on_log: LogRelay | None
@@ -312,7 +322,17 @@ class PreparedCall:
 
 async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
     """Open ``tool``'s toolkit credential and byte cap for one call."""
-    kit = tool.toolkit_id
+    prepared = await prepare_kit(rt, tool.toolkit_id)
+    if prepared.auth is not None and tool.source_kind == "openapi":
+        key = f"{tool.project}.{tool.toolkit}"
+        prepared.authorizer = Authorizer(
+            prepared.auth, rt.tokens, key, on_rotated=lambda new: _keep_rotated(rt, tool.toolkit_id, new)
+        )
+    return prepared
+
+
+async def prepare_kit(rt: Runtime, kit: int) -> PreparedCall:
+    """Toolkit ``kit``'s opened credential and effective byte cap."""
 
     def read(reader: SyncReader) -> tuple[dict[str, Any], vault_store.StoredSecret | None]:
         return store.toolkit_egress_in(reader, kit), vault_store.get_in(reader, kit)
@@ -325,14 +345,8 @@ async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
     # anywhere is a commit): a steady stream of calls opens each credential once. A row
     # that does not open raises, and a failure is never remembered.
     max_bytes, auth = await rt.db.cached(("credential", kit), load)
-    authorizer = None
-    if auth is not None and tool.source_kind == "openapi":
-        key = f"{tool.project}.{tool.toolkit}"
-        authorizer = Authorizer(
-            auth, rt.tokens, key, on_rotated=lambda new: _keep_rotated(rt, tool.toolkit_id, new)
-        )
     return PreparedCall(
-        auth=auth, authorizer=authorizer, max_bytes=int(max_bytes or rt.settings.upstream_max_bytes)
+        auth=auth, authorizer=None, max_bytes=int(max_bytes or rt.settings.upstream_max_bytes)
     )
 
 

@@ -139,6 +139,12 @@ class SseDecoder:
         )
 
 
+def _read_cap(egress: Egress, toolkit_cap: int | None) -> int:
+    # A toolkit cap above the setting lets larger messages in; one below it is checked on
+    # the call's result (McpPool), so tools/list and the handshake keep the setting's room.
+    return max(egress.max_bytes, toolkit_cap or 0)
+
+
 def _parse(data: bytes) -> Any:
     try:
         return orjson.loads(data)
@@ -153,11 +159,19 @@ class StreamableHttpTransport:
     request_scoped = True
     mirrors_headers = True  # SEP-2243: x-mcp-header arguments travel as Mcp-Param-* headers
 
-    def __init__(self, egress: Egress, url: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        egress: Egress,
+        url: str,
+        headers: dict[str, str] | None = None,
+        *,
+        max_bytes: int | None = None,
+    ) -> None:
         self.egress = egress
         self.url = str(egress.check_url(url))
         self.host = httpx.URL(self.url).host
         self.headers = dict(headers or {})
+        self.max_bytes = _read_cap(egress, max_bytes)
         self.session_id: str | None = None
         self._legacy_version: str | None = None
         self._session: McpSession | None = None
@@ -204,7 +218,7 @@ class StreamableHttpTransport:
         deadline = loop.time() + (self.egress.timeout_s if timeout_s is None else timeout_s)
         broken: SseDecoder | None = None
         async with self.egress.stream(
-            "POST", self.url, headers=headers, content=content, timeout_s=timeout_s
+            "POST", self.url, headers=headers, content=content, timeout_s=timeout_s, max_bytes=self.max_bytes
         ) as answer:
             status = answer.status
             if status == 404 and legacy_request:
@@ -227,7 +241,7 @@ class StreamableHttpTransport:
                 for item in body if isinstance(body, list) else [body]:
                     session.deliver(item, origin)
             elif kind == "text/event-stream":
-                decoder = SseDecoder(self.egress.max_bytes, self.host)
+                decoder = SseDecoder(self.max_bytes, self.host)
                 if not await self._read_events(answer, decoder, origin, session, resumable=resumable):
                     broken = decoder if resumable else None
             else:
@@ -293,11 +307,11 @@ class StreamableHttpTransport:
                 headers["MCP-Protocol-Version"] = self._legacy_version
             if self.session_id:
                 headers["Mcp-Session-Id"] = self.session_id
-            decoder = SseDecoder(
-                self.egress.max_bytes, self.host, last_event_id=last_id, retry_ms=decoder.retry_ms
-            )
+            decoder = SseDecoder(self.max_bytes, self.host, last_event_id=last_id, retry_ms=decoder.retry_ms)
             remaining = max(0.001, deadline - loop.time())
-            async with self.egress.stream("GET", self.url, headers=headers, timeout_s=remaining) as answer:
+            async with self.egress.stream(
+                "GET", self.url, headers=headers, timeout_s=remaining, max_bytes=self.max_bytes
+            ) as answer:
                 kind = answer.content_type.split(";")[0].strip().lower()
                 if answer.status != 200 or kind != "text/event-stream":
                     log.debug("%s did not resume the event stream (HTTP %s)", self.host, answer.status)
@@ -360,12 +374,14 @@ class LegacySseTransport:
         headers: dict[str, str] | None = None,
         *,
         timeout_s: float = 30,
+        max_bytes: int | None = None,
     ) -> None:
         self.egress = egress
         self.url = str(egress.check_url(url))
         self.host = httpx.URL(self.url).host
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
+        self.max_bytes = _read_cap(egress, max_bytes)
         self.endpoint: str | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -406,7 +422,7 @@ class LegacySseTransport:
                         reason="upstream_unavailable",
                         data={"status": stream.status},
                     )
-                decoder = SseDecoder(self.egress.max_bytes, self.host)
+                decoder = SseDecoder(self.max_bytes, self.host)
                 async for chunk in stream.chunks:
                     for event in decoder.feed(chunk):
                         if event.event == "endpoint" and not ready.done():
@@ -464,6 +480,7 @@ async def connect_http(
     client_info: dict[str, Any] | None = None,
     session_options: dict[str, Any] | None = None,
     prefer_modern: bool = True,
+    max_bytes: int | None = None,
 ) -> McpSession:
     """A connected session to the MCP server at ``url`` (era negotiated; close it with aclose).
 
@@ -472,7 +489,7 @@ async def connect_http(
     is refused with 400/404/405. ``session_options`` go to ``McpSession`` (e.g.
     ``on_tools_changed``).
     """
-    transport = StreamableHttpTransport(egress, url, headers)
+    transport = StreamableHttpTransport(egress, url, headers, max_bytes=max_bytes)
     session = McpSession(transport, client_info=client_info, **(session_options or {}))
     try:
         await session.connect(timeout_s=timeout_s, modern=prefer_modern)
@@ -489,6 +506,7 @@ async def connect_http(
         timeout_s=timeout_s,
         client_info=client_info,
         session_options=session_options,
+        max_bytes=max_bytes,
     )
 
 
@@ -500,9 +518,10 @@ async def connect_sse(
     timeout_s: float = 30,
     client_info: dict[str, Any] | None = None,
     session_options: dict[str, Any] | None = None,
+    max_bytes: int | None = None,
 ) -> McpSession:
     """A connected session over legacy HTTP+SSE (``url`` is the SSE stream, e.g. ``/sse``)."""
-    transport = LegacySseTransport(egress, url, headers, timeout_s=timeout_s)
+    transport = LegacySseTransport(egress, url, headers, timeout_s=timeout_s, max_bytes=max_bytes)
     session = McpSession(transport, client_info=client_info, **(session_options or {}))
     try:
         await session.connect(timeout_s=timeout_s, modern=False)

@@ -15,6 +15,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import orjson
+
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.upstream.auth import UpstreamAuth
 from appliance.upstream.mcp_http import connect_http, connect_sse
@@ -27,6 +29,12 @@ log = logging.getLogger(__name__)
 
 TRANSPORTS = ("http", "sse", "stdio")
 _MAX_BACKOFF_WAIT_S = 2.0
+
+
+def _cap(connection: dict[str, Any]) -> int | None:
+    """The toolkit's response cap in bytes (``max_bytes``; the caller puts it there)."""
+    cap = connection.get("max_bytes")
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
 
 
 class McpPool:
@@ -65,6 +73,7 @@ class McpPool:
         # The toolkit's opened vault credential, if any (never part of the stored connection).
         auth = connection.get("auth")
         auth = auth if isinstance(auth, UpstreamAuth) else None
+        cap = _cap(connection)
         if transport == "stdio":
             spec = StdioSpec(
                 command=str(connection.get("command", "")),
@@ -74,6 +83,7 @@ class McpPool:
                 idle_timeout_s=self.stdio_idle_s,
                 start_timeout_s=self.stdio_start_timeout_s,
                 secret_env=dict(auth.env) if auth is not None else {},
+                max_line_bytes=cap,
             )
             process = await self.processes.put(key, spec)
             await self._wait_out_backoff(process, timeout_s)
@@ -99,6 +109,7 @@ class McpPool:
                 timeout_s=timeout_s,
                 client_info=self.client_info,
                 session_options=options,
+                max_bytes=cap,
             )
         raise InvalidParams(
             f"unknown MCP transport {transport!r}; use one of {', '.join(TRANSPORTS)}", field="transport"
@@ -159,13 +170,23 @@ class McpPool:
     ) -> dict[str, Any]:
         session = await self.session(key, connection, timeout_s=timeout_s)
         try:
-            return await session.call_tool(
+            result = await session.call_tool(
                 name, arguments, timeout_s=timeout_s, on_progress=on_progress, on_log=on_log, headers=headers
             )
         except UpstreamError as exc:
             if exc.reason in ("upstream_unavailable", "upstream_invalid"):
                 await self.discard(key)
             raise
+        cap = _cap(connection)
+        # The transports read up to the larger of the setting and this cap; a toolkit cap
+        # below the setting is enforced here, on the result as it would be relayed.
+        if cap is not None and len(orjson.dumps(result)) > cap:
+            raise UpstreamError(
+                f"the result of {name!r} is larger than this toolkit's cap of {cap} bytes",
+                reason="upstream_too_large",
+                data={"max_bytes": cap},
+            )
+        return result
 
     async def discard(self, key: str) -> None:
         async with self._locks.setdefault(key, asyncio.Lock()):

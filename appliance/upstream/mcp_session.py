@@ -540,7 +540,9 @@ class McpSession:
     def _fail_all(self, error: UpstreamError) -> None:
         for pending in list(self._pending.values()):
             if not pending.future.done():
-                pending.future.set_exception(UpstreamError(error.public_message, reason=error.reason))
+                # A fresh error per request, keeping its data (e.g. the cap of a too-large event).
+                failure = UpstreamError(error.public_message, reason=error.reason, data=dict(error.data))
+                pending.future.set_exception(failure)
 
     def _outcome(self, method: str, message: dict[str, Any]) -> dict[str, Any] | UpstreamError:
         has_result, has_error = "result" in message, "error" in message

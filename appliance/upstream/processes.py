@@ -108,6 +108,9 @@ class StdioSpec:
     # Vault-held variables (a token the server reads from its environment): added to the
     # child's environment only, and redacted from its stderr in the log and in errors.
     secret_env: Mapping[str, Secret] = field(default_factory=dict)
+    # The toolkit's response cap: a longer stdout line is allowed up to it when it is above
+    # the policy's line limit (a cap below that limit is checked on the call's result).
+    max_line_bytes: int | None = None
 
 
 def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
@@ -178,6 +181,7 @@ class _Child(asyncio.SubprocessProtocol):
         self.owner = owner
         self.name = owner.name
         self.policy = owner.policy
+        self.line_limit = max(owner.policy.max_line_bytes, owner.spec.max_line_bytes or 0)
         self.generation = generation
         self.transport: asyncio.SubprocessTransport | None = None
         self.pid = 0
@@ -250,11 +254,11 @@ class _Child(asyncio.SubprocessProtocol):
             if self.error is not None:
                 return
         del buf[:start]
-        if len(buf) > self.policy.max_line_bytes:
+        if len(buf) > self.line_limit:
             self._too_large()
 
     def _stdout_line(self, line: bytes) -> None:
-        if len(line) > self.policy.max_line_bytes:
+        if len(line) > self.line_limit:
             self._too_large()
             return
         line = line.rstrip(b"\r")
@@ -277,11 +281,11 @@ class _Child(asyncio.SubprocessProtocol):
         # Back-pressure: a reader that falls behind pauses the pipe, and the child blocks on
         # its own stdout, instead of the gateway buffering without bound (the queue stays
         # under twice the line limit plus one pipe read).
-        if self.queued > 2 * self.policy.max_line_bytes and not self.paused:
+        if self.queued > 2 * self.line_limit and not self.paused:
             self._pipe_reading(pause=True)
 
     def _too_large(self) -> None:
-        limit = self.policy.max_line_bytes
+        limit = self.line_limit
         self.fail(
             UpstreamError(
                 f"stdio server {self.name!r} wrote a line over {limit} bytes", reason="upstream_too_large"
@@ -312,7 +316,7 @@ class _Child(asyncio.SubprocessProtocol):
         self.queued -= len(line)
         if not self.lines and self.error is None:
             self.readable.clear()
-        if self.paused and self.queued <= self.policy.max_line_bytes:
+        if self.paused and self.queued <= self.line_limit:
             self._pipe_reading(pause=False)
         return line
 
