@@ -202,6 +202,7 @@ def test_a_body_that_is_not_json_is_422_naming_body(api: httpx.Client) -> None:
 
 
 def test_a_source_url_to_a_private_address_is_refused_as_ssrf(api: httpx.Client) -> None:
+    """SSRF-01: a spec-import URL to a private address is refused (422 ssrf_blocked)."""
     r = api.post(
         "/api/v1/toolkits/openapi", json={"slug": "internal", "source": "http://10.255.255.1/x.json"}
     )
@@ -211,6 +212,7 @@ def test_a_source_url_to_a_private_address_is_refused_as_ssrf(api: httpx.Client)
 
 
 def test_a_base_url_to_a_private_address_is_refused_as_ssrf(api: httpx.Client) -> None:
+    """SSRF-01: an OpenAPI base URL to a private address is refused, nothing stored."""
     body = {"slug": "internal", "spec": PETSTORE_SPEC, "base_url": "http://169.254.169.254/latest/"}
     error = assert_error(api.post("/api/v1/toolkits/openapi", json=body), 422, "ssrf_blocked", "base_url")
     assert "169.254.169.254" in error["message"]
@@ -296,5 +298,6 @@ def test_read_guide_is_listed_only_once_a_toolkit_has_a_guide(
 
 
 def test_the_master_key_file_is_readable_only_by_its_owner(bare: Appliance) -> None:
+    """VAULT-01: the master key file is 0600."""
     key_file = Path(bare.data_dir) / "master.key"
     assert key_file.stat().st_mode & 0o077 == 0

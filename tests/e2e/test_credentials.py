@@ -109,6 +109,7 @@ def text_of(result: Any) -> str:
 def test_each_scheme_puts_the_vault_credential_where_it_belongs_and_its_echo_comes_back_redacted(
     app: Appliance, api: httpx.Client, echo: EchoUpstream, scheme: str, where: str
 ) -> None:
+    """VAULT-01 / I-4: each scheme's echo comes back redacted."""
     slug = f"echo-{scheme}"
     import_echo(api, echo, slug)
     secret, user = canary(), "bot-" + secrets.token_hex(4)
@@ -326,6 +327,7 @@ def test_a_remote_mcp_server_behind_a_bearer_token_is_imported_through_the_admin
 
 
 def test_the_admin_mcp_import_refuses_bad_bodies_and_guarded_urls_naming_the_field(api: httpx.Client) -> None:
+    """SSRF-01 / SSRF-07: a remote MCP URL to an internal address is refused naming the field."""
     for body, status, field in [
         ({"url": "http://example.com/mcp"}, 422, "slug"),
         ({"slug": "x", "url": "ftp://example.com/mcp"}, 422, "url"),
@@ -351,6 +353,7 @@ def test_the_admin_mcp_import_refuses_bad_bodies_and_guarded_urls_naming_the_fie
 def test_the_cli_takes_secrets_from_the_environment_or_stdin_never_argv_and_shows_only_metadata(
     tmp_path: Path, echo: EchoUpstream
 ) -> None:
+    """VAULT-01 / VAULT-08: secrets never in argv; listings show metadata only."""
     data = tmp_path / "data"
     spec = tmp_path / "echo.json"
     spec.write_text(json.dumps(echo_spec(echo.base_url)))

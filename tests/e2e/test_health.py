@@ -135,6 +135,7 @@ def call(app: Appliance, name: str, arguments: dict[str, Any]) -> Any:
 def test_a_stopped_upstream_turns_degraded_then_broken_refuses_calls_at_once_and_recovers(
     tmp_path: Path,
 ) -> None:
+    """UP-11: a real appliance: degraded, broken with a reason, refused at once, then recovery."""
     port, proxy_port = free_port(), free_port()
     methods: list[str] = []
     with running_appliance(tmp_path / "data", env=HEALTH_ENV) as app:
@@ -210,6 +211,7 @@ def import_hanging(app: Appliance, slug: str) -> None:
 def test_a_running_but_silent_stdio_child_turns_broken_and_a_fresh_one_brings_it_back(
     tmp_path: Path,
 ) -> None:
+    """UP-09 / UP-11: a hung stdio child is broken and recycled; a fresh one recovers."""
     env = {**HEALTH_ENV, "TOOLSPOKE_HEALTH_TIMEOUT_S": "0.5"}
     with running_appliance(tmp_path / "data", env=env) as app:
         import_hanging(app, "hang")

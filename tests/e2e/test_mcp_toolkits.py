@@ -115,6 +115,8 @@ def test_kinds_come_from_the_upstream_annotations(app: Appliance) -> None:
 
 
 def test_an_upstream_protocol_error_is_an_iserror_result_naming_the_reason(app: Appliance) -> None:
+    """UP-06 / I-7: an upstream protocol error is an isError result naming the reason."""
+
     async def scenario() -> None:
         async with connect(app) as client:
             result = await client.call_tool("httpup__protocol_error", {"code": -32000, "message": "nope"})
@@ -168,6 +170,7 @@ def _alive(pid: int) -> bool:
 def test_a_killed_stdio_upstream_is_restarted_by_the_next_call_and_none_outlives_serve(
     tmp_path: Path,
 ) -> None:
+    """UP-08: a killed stdio server is respawned on the next call; none outlives serve."""
     with running_appliance(tmp_path / "data") as app:
         imported(app, "--slug", "s", *STDIO_ENV, "--", sys.executable, str(UPSTREAM))
 

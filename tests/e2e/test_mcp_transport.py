@@ -251,6 +251,7 @@ def test_tools_call_envelope_errors_name_the_member(http: httpx.Client) -> None:
 
 
 def test_no_error_carries_a_traceback(http: httpx.Client, app: Appliance) -> None:
+    """I-7: no client-visible error carries a traceback."""
     headers = _session(http)
     lone_surrogate = (
         b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"search_tools",'

@@ -204,7 +204,7 @@ def test_the_2025_era_keeps_a_session_id_reads_sse_answers_and_deletes_the_sessi
 def test_a_restarted_stateful_upstream_answers_404_and_the_session_reinitialises_once(
     tmp_path: Path,
 ) -> None:
-    """A real expiry: the server process is replaced between two calls on the same port."""
+    """UP-06: A real expiry: the server process is replaced between two calls on the same port."""
     port = free_port()
     argv = upstream_argv(port, "--transport", "streamable-http")
     url = f"http://127.0.0.1:{port}/mcp"
@@ -269,6 +269,8 @@ def test_a_legacy_sse_upstream_is_reached_by_fallback_and_directly(peers: dict[s
 
 
 def test_a_deadline_is_upstream_timeout_and_the_session_stays_usable(peers: dict[str, str]) -> None:
+    """UP-01: a short deadline is upstream_timeout in time and other calls are unaffected."""
+
     async def main() -> None:
         for url, modern in ((peers["stateful"], True), (peers["stateful"], False), (peers["sse"], False)):
             async with egress() as eg:
@@ -291,6 +293,7 @@ def test_a_deadline_is_upstream_timeout_and_the_session_stays_usable(peers: dict
 
 
 def test_a_dead_upstream_is_upstream_unavailable_quickly() -> None:
+    """UP-08: an unreachable remote upstream is upstream_unavailable within seconds."""
     url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
 
     async def main() -> None:
@@ -305,6 +308,8 @@ def test_a_dead_upstream_is_upstream_unavailable_quickly() -> None:
 
 
 def test_the_egress_guard_applies_to_mcp_urls(peers: dict[str, str]) -> None:
+    """SSRF-01 / SSRF-09: remote MCP URLs go through the same guard."""
+
     async def main() -> None:
         async with Egress(EgressPolicy()) as closed:  # loopback not opened
             with pytest.raises(UpstreamError) as info:
@@ -334,6 +339,7 @@ class _ForeignEndpoint(BaseHTTPRequestHandler):
 
 
 def test_a_legacy_endpoint_on_another_origin_is_ssrf_blocked() -> None:
+    """SSRF-09 (b): a legacy SSE endpoint on another origin is ssrf_blocked."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ForeignEndpoint)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -128,6 +128,8 @@ CANCEL_CASES = [*((f, "uphttp") for f in FACES), ("/mcp auto", "upsse"), ("/mcp 
 def test_a_call_the_client_cancels_is_cancelled_upstream_and_the_next_call_works(
     app: Appliance, name: str, slug: str
 ) -> None:
+    """UP-03: a cancelled call sends notifications/cancelled upstream; the next call works."""
+
     async def scenario() -> None:
         async with face(app, name, slug) as (client, prefix):
             before = await cancelled_count(client, prefix)

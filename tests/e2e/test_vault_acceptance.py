@@ -97,6 +97,7 @@ def secret_rows(db: Path) -> list[tuple[Any, ...]]:
 
 
 def test_canary_credentials_never_leave_through_any_response_log_or_database_page(tmp_path: Path) -> None:
+    """VAULT-01 / I-4: canaries of every style are absent from responses, logs, DB, WAL and SHM."""
     header_key, query_key, password, stdio_token = (canary(t) for t in ("HDR", "QRY", "PWD", "ENV"))
     user = "bot-" + secrets.token_hex(3)
     seen: list[str] = []  # everything a client, an owner or an operator got to read
@@ -192,6 +193,7 @@ def _seed(data: Path, count: int) -> None:
 def test_rotation_reseals_every_secret_while_calls_keep_succeeding_and_the_old_version_retires(
     tmp_path: Path,
 ) -> None:
+    """VAULT-06: rotation under calls; every row opens; the old version retires."""
     data = tmp_path / "data"
     data.mkdir()
     token = canary("ROT")
@@ -260,6 +262,7 @@ async def _one_call(app: Appliance) -> Any:
 def test_a_wrong_malformed_or_missing_master_key_stops_start_up_with_exit_2_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
+    """VAULT-06 / I-7: a wrong, malformed or missing master key stops start-up and changes nothing."""
     data = tmp_path / "data"
     token = canary("KEY")
     with EchoUpstream() as echo:
@@ -345,6 +348,7 @@ def listener() -> Iterator[tuple[str, int, list[int]]]:
 def test_a_stored_target_edited_to_an_internal_address_is_refused_at_call_time_without_a_connection(
     tmp_path: Path, listener: tuple[str, int, list[int]]
 ) -> None:
+    """SSRF-01 / I-1 / I-7: refused at registration; an edited row is ssrf_blocked, unconnected."""
     host, port, accepted = listener
     with served(tmp_path / "data") as (echo, app, api):
         internal = f"http://{host}:{port}"
@@ -371,6 +375,7 @@ def test_a_stored_target_edited_to_an_internal_address_is_refused_at_call_time_w
 def test_an_oversized_answer_names_size_and_cap_and_the_owner_may_raise_the_cap_per_toolkit(
     tmp_path: Path,
 ) -> None:
+    """UP-04: an OpenAPI answer over the cap is upstream_too_large naming the cap; per-toolkit cap."""
     with served(tmp_path / "data") as (echo, app, api):
         for slug in ("small", "large"):
             r = import_echo(api, echo, slug)
@@ -395,6 +400,7 @@ def test_an_oversized_answer_names_size_and_cap_and_the_owner_may_raise_the_cap_
 def test_a_tampered_credential_fails_closed_as_credential_unavailable_and_nothing_is_sent(
     tmp_path: Path,
 ) -> None:
+    """VAULT-03 / I-1 / I-7: a tampered credential is credential_unavailable; nothing is sent."""
     with served(tmp_path / "data") as (echo, app, api):
         for slug in ("a", "b"):
             assert import_echo(api, echo, slug).status_code == 201

@@ -91,10 +91,12 @@ ADDRESS_TABLE = [
 
 @pytest.mark.parametrize(("address", "rule"), ADDRESS_TABLE)
 def test_only_globally_routable_addresses_are_allowed_by_default(address: str, rule: str | None) -> None:
+    """SSRF-01: loopback, private, link-local, unspecified, multicast and broadcast are refused by default."""
     assert EgressPolicy().check_address(address) == rule
 
 
 def test_a_listed_network_opens_itself_and_its_mapped_form_but_nothing_else() -> None:
+    """SSRF-10: a listed range opens only itself and its mapped form; loopback and metadata stay blocked."""
     policy = EgressPolicy(("10.0.0.0/8",))
     assert policy.check_address("10.1.2.3") is None
     assert policy.check_address("::ffff:10.1.2.3") is None
@@ -110,6 +112,7 @@ def test_a_listed_network_opens_itself_and_its_mapped_form_but_nothing_else() ->
 
 
 def test_a_refusal_names_the_address_the_rule_and_the_way_to_allow_it() -> None:
+    """SSRF-01: a refusal names the address, the rule and ALLOWED_TOOL_CIDRS."""
     error = EgressPolicy().refusal("169.254.169.254")
     assert error is not None
     assert error.reason == "ssrf_blocked"
@@ -121,6 +124,7 @@ def test_a_refusal_names_the_address_the_rule_and_the_way_to_allow_it() -> None:
 
 
 def test_a_name_is_refused_when_any_answer_is_disallowed() -> None:
+    """SSRF-04: a name with any internal answer (mixed answer set) is refused naming the address."""
     policy = EgressPolicy(resolver=fixed({"mixed.test": ["93.184.216.34", "127.0.0.1"]}))
     error = refusal(policy.resolve("mixed.test", 80))
     assert error.reason == "ssrf_blocked"
@@ -129,6 +133,7 @@ def test_a_name_is_refused_when_any_answer_is_disallowed() -> None:
 
 
 def test_an_internal_aaaa_answer_refuses_the_name() -> None:
+    """SSRF-04: a public A answer with an internal AAAA answer refuses the name."""
     policy = EgressPolicy(resolver=fixed({"v6.test": ["93.184.216.34", "::1"]}))
     assert refusal(policy.resolve("v6.test", 443)).data["rule"] == "loopback"
 
@@ -140,6 +145,7 @@ def test_public_answers_resolve_deduplicated_in_order() -> None:
 
 
 def test_a_dns_failure_fails_closed_as_upstream_unavailable() -> None:
+    """SSRF-04: NXDOMAIN or SERVFAIL fails closed as upstream_unavailable naming the host."""
     policy = EgressPolicy(resolver=fixed({}))
     error = refusal(policy.resolve("nxdomain.test", 80))
     assert error.reason == "upstream_unavailable"
@@ -154,6 +160,7 @@ def test_a_dns_failure_fails_closed_as_upstream_unavailable() -> None:
      "0xA9FEA9FE", "2852039166", "0251.0376.0251.0376", "127.0.0.1."],
 )  # fmt: skip
 def test_odd_ipv4_spellings_are_refused_before_any_resolution(host: str) -> None:
+    """SSRF-02: decimal, hex, octal and short IPv4 spellings never reach the resolver or a socket."""
     calls: list[str] = []
 
     async def spy(name: str, port: int) -> list[str]:
@@ -167,6 +174,7 @@ def test_odd_ipv4_spellings_are_refused_before_any_resolution(host: str) -> None
 
 @pytest.mark.parametrize("host", ["localhost", "LOCALHOST", "localhost."])
 def test_localhost_names_resolve_to_loopback_and_are_refused(host: str) -> None:
+    """SSRF-02: localhost, LOCALHOST and localhost. are judged as loopback and refused."""
     error = refusal(EgressPolicy().resolve(host, 80))  # the system resolver, off the loop
     assert error.reason == "ssrf_blocked"
     assert error.data["rule"] == "loopback"
@@ -202,18 +210,21 @@ async def _check(url: str) -> Any:
     ],
 )
 def test_urls_with_other_schemes_userinfo_or_internal_literals_are_refused(url: str) -> None:
+    """SSRF-07: other schemes, userinfo, ambiguous authorities and IDN localhost are refused."""
     error = refusal(_check(url))
     assert error.reason == "ssrf_blocked"
     assert error.field == "url"
 
 
 def test_a_good_url_comes_back_as_the_parsed_object_to_send() -> None:
+    """SSRF-07: the parsed object that was checked is the one handed to the HTTP client."""
     parsed = EgressPolicy().check_url("https://api.example.com:8443/v1?x=1")
     assert (parsed.scheme, parsed.host, parsed.port, parsed.path) == ("https", "api.example.com", 8443, "/v1")
     assert EgressPolicy().check_url(parsed) is parsed
 
 
 def test_registration_errors_name_the_field_they_were_given() -> None:
+    """SSRF-01/SSRF-07: a registration refusal names the field it was given."""
     with pytest.raises(UpstreamError) as caught:
         EgressPolicy().check_url("http://10.0.0.5/", field="base_url")
     assert caught.value.field == "base_url"
@@ -236,6 +247,8 @@ def test_an_allowed_target_is_reached_and_answers(upstream: RecordingServer) -> 
 
 
 def test_a_blocked_target_is_refused_without_any_connection(upstream: RecordingServer) -> None:
+    """SSRF-01 / I-1: a blocked target is ssrf_blocked and no connection is opened."""
+
     async def go(url: str, resolver: Any = None) -> Any:
         async with Egress(EgressPolicy(resolver=resolver)) as egress:
             return await egress.send("GET", url)
@@ -252,6 +265,7 @@ def test_a_blocked_target_is_refused_without_any_connection(upstream: RecordingS
 def test_the_transport_connects_to_the_checked_address_and_keeps_the_host_header(
     upstream: RecordingServer,
 ) -> None:
+    """SSRF-04: the connection goes to the checked address, never a second resolution."""
     calls: list[str] = []
 
     async def once(host: str, port: int) -> list[str]:
@@ -288,6 +302,8 @@ def test_settings_build_an_egress_with_their_cidrs_timeout_and_cap(
 
 
 def test_a_trickling_server_hits_the_total_deadline(upstream: RecordingServer) -> None:
+    """UP-01: the deadline is total, so a server trickling bytes is cut as upstream_timeout."""
+
     async def go() -> Any:
         async with Egress(EgressPolicy(LOOPBACK_OPEN), timeout_s=5) as egress:
             return await egress.send("GET", upstream.base + "/trickle", timeout_s=0.5)
@@ -300,6 +316,8 @@ def test_a_trickling_server_hits_the_total_deadline(upstream: RecordingServer) -
 
 @pytest.mark.parametrize("path", ["/big", "/big-stream"])
 def test_a_body_over_the_cap_is_upstream_too_large(upstream: RecordingServer, path: str) -> None:
+    """UP-04: a body over the cap is upstream_too_large stating the cap."""
+
     async def go() -> Any:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             return await egress.send("GET", upstream.base + path, max_bytes=256 * 1024)
@@ -308,6 +326,8 @@ def test_a_body_over_the_cap_is_upstream_too_large(upstream: RecordingServer, pa
 
 
 def test_a_gzip_bomb_stops_at_the_cap_without_inflating_it(upstream: RecordingServer) -> None:
+    """UP-04: a compressed body is counted after decoding and cut at the cap."""
+
     async def go() -> Any:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             return await egress.send("GET", upstream.base + "/bomb", max_bytes=256 * 1024)
@@ -330,6 +350,8 @@ def test_a_gzip_body_is_decoded(upstream: RecordingServer) -> None:
 def test_a_redirect_is_not_followed_and_names_the_location_without_its_query(
     upstream: RecordingServer,
 ) -> None:
+    """SSRF-07 (D-3) / I-1: a redirect to metadata is not followed and only one request is made."""
+
     async def go() -> Any:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             return await egress.send("GET", upstream.base + "/redirect")
@@ -342,6 +364,8 @@ def test_a_redirect_is_not_followed_and_names_the_location_without_its_query(
 
 
 def test_tls_to_a_plain_http_server_is_upstream_tls(upstream: RecordingServer) -> None:
+    """UP-07: a TLS failure fails closed as upstream_tls."""
+
     async def go() -> Any:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             return await egress.send("GET", f"https://127.0.0.1:{upstream.port}/echo")
@@ -352,6 +376,7 @@ def test_tls_to_a_plain_http_server_is_upstream_tls(upstream: RecordingServer) -
 def test_tls_is_verified_against_the_original_name_while_connecting_to_the_pinned_address(
     tmp_path: Path,
 ) -> None:
+    """UP-07: an untrusted or mismatched certificate is upstream_tls; TLS verifies the original name."""
     cert, key = self_signed(tmp_path, "upstream.test")
     trust = ssl.create_default_context(cafile=str(cert))
     names = fixed({"upstream.test": ["127.0.0.1"], "wrong.test": ["127.0.0.1"]})

@@ -42,6 +42,7 @@ __all__ = ["upstream"]  # the recording-server fixture, shared with test_egress_
 def test_localhost_is_judged_as_127_0_0_1_so_the_advice_in_its_refusal_works(
     upstream: RecordingServer,
 ) -> None:
+    """SSRF-02: localhost is 127.0.0.1, refused by default and opened only via ALLOWED_TOOL_CIDRS."""
     url = f"http://localhost:{upstream.port}/echo"
     closed = EgressPolicy()
     with pytest.raises(UpstreamError) as at_registration:
@@ -74,6 +75,8 @@ def _grant(url: str) -> OAuthGrant:
 def test_an_oauth_token_url_on_a_refused_address_is_ssrf_blocked_and_nothing_is_sent(
     upstream: RecordingServer,
 ) -> None:
+    """SSRF-09 (d) / I-1: an OAuth token URL goes through the same guard; nothing is sent."""
+
     async def attempt() -> Any:
         async with Egress(EgressPolicy()) as egress:  # loopback not opened
             return await TokenCache().access_token(egress, "k", _grant(f"{upstream.base}/token"))
@@ -101,6 +104,7 @@ def test_a_token_endpoint_that_fails_is_credential_unavailable_and_its_body_is_n
 
 
 def test_a_remote_ref_in_a_spec_is_never_fetched(upstream: RecordingServer) -> None:
+    """SSRF-09 (a) / I-1: a remote $ref is never fetched."""
     spec = {
         "openapi": "3.0.3",
         "info": {"title": "t", "version": "1"},
@@ -125,6 +129,7 @@ def test_a_remote_ref_in_a_spec_is_never_fetched(upstream: RecordingServer) -> N
 
 
 def test_server_variables_are_fixed_at_import_and_never_an_agent_input() -> None:
+    """SSRF-08: server variables are fixed at import; agents cannot choose scheme, host or port."""
     spec = {
         "openapi": "3.0.3",
         "info": {"title": "t", "version": "1"},
@@ -180,6 +185,7 @@ def _call(upstream: RecordingServer, auth: UpstreamAuth, arguments: dict[str, An
 def test_the_owner_query_and_cookie_credential_replace_an_agent_value_of_the_same_name(
     upstream: RecordingServer,
 ) -> None:
+    """VAULT-01: the agent cannot override the owner's credential in query or cookie."""
     _call(
         upstream, UpstreamAuth("query", name="api_key", value=Secret("owner-key-123")), {"api_key": "agent"}
     )
@@ -194,6 +200,7 @@ def test_the_owner_query_and_cookie_credential_replace_an_agent_value_of_the_sam
 
 
 def test_every_encoded_form_of_a_secret_is_redacted_and_short_or_unrelated_text_is_kept() -> None:
+    """VAULT-01 / I-4: plain, URL-encoded, base64 and hex forms of a secret are redacted."""
     secret = "s3cr3t/v@lue+="
     redactor = Redactor([secret])
     for form in secret_forms(secret):
@@ -212,6 +219,7 @@ def test_every_encoded_form_of_a_secret_is_redacted_and_short_or_unrelated_text_
 def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_in_log_and_tail(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """VAULT-08 / I-4: a stdio child gets its own vault variable; its stderr echo is redacted."""
     token = "CANARY-stdio-" + os.urandom(8).hex()
     body = """
     import os, sys
@@ -246,6 +254,7 @@ def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_i
 def test_proxy_variables_in_the_environment_are_ignored_so_the_pinned_connection_stays_direct(
     upstream: RecordingServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """SSRF-10: HTTP(S)_PROXY in the environment cannot route around the pinned transport."""
     with serving() as proxy:
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
             monkeypatch.setenv(name, proxy.base)
@@ -264,6 +273,7 @@ def test_proxy_variables_in_the_environment_are_ignored_so_the_pinned_connection
 def test_a_malformed_or_everything_opening_cidr_list_refuses_to_start_naming_the_setting(
     tmp_path: Path, value: str
 ) -> None:
+    """SSRF-10: a malformed, host-bits or everything-opening CIDR list refuses to start naming it."""
     with pytest.raises(ConfigError) as refused:
         config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path), "ALLOWED_TOOL_CIDRS": value})
     assert refused.value.field == "allowed_tool_cidrs"
@@ -272,6 +282,8 @@ def test_a_malformed_or_everything_opening_cidr_list_refuses_to_start_naming_the
 
 
 def test_a_health_probe_to_a_name_that_now_resolves_internally_is_refused_without_connecting() -> None:
+    """SSRF-09 (c) / UP-11 / I-1: a health probe obeys the guard; nothing connects."""
+
     async def fixed(host: str, port: int) -> list[str]:
         return ["10.0.0.7"] if host == "api.test" else ["127.0.0.1"]
 
@@ -339,6 +351,7 @@ def test_an_oauth_call_answered_401_is_refreshed_and_sent_once_more_never_in_a_l
 
 
 def test_progress_and_log_messages_relayed_during_a_call_are_redacted_too() -> None:
+    """VAULT-01 / I-4: secrets echoed in relayed progress and log messages are redacted."""
     from appliance.gateway.credentials import PreparedCall
     from appliance.upstream.mcp_session import LogRelay
 

@@ -69,6 +69,7 @@ def test_a_changed_answer_sends_the_next_call_to_the_new_address_on_a_new_connec
 
 
 def test_a_disallowed_new_answer_is_refused_though_a_connection_to_the_old_one_is_open() -> None:
+    """SSRF-04 / I-1: a pooled connection never carries a call whose new DNS answer is refused."""
     resolver, _ = scripted("127.0.0.1", "10.0.0.7")
 
     async def go(port: int) -> UpstreamError:
@@ -101,6 +102,8 @@ def test_two_names_on_one_address_never_share_a_connection() -> None:
 
 
 def test_an_answer_cut_at_the_cap_leaves_no_half_read_connection_behind() -> None:
+    """UP-04: the connection of an answer cut at the cap is closed, not reused."""
+
     async def go(base: str) -> tuple[str, Any]:
         async with Egress(EgressPolicy(OPEN), max_bytes=1000) as egress:
             with pytest.raises(UpstreamError) as caught:

@@ -20,22 +20,26 @@ def states(outcomes: list[Outcome], start: Health = Health.ACTIVE) -> list[Healt
 
 
 def test_one_failure_changes_nothing_and_k_failures_make_degraded_then_n_broken() -> None:
+    """UP-11: k failures make degraded, n make broken."""
     A, D, B = Health.ACTIVE, Health.DEGRADED, Health.BROKEN
     assert states([FAIL, FAIL, FAIL, FAIL, FAIL]) == [A, D, D, B, B]
 
 
 def test_broken_comes_back_only_after_m_successes_in_a_row() -> None:
+    """UP-11: back to active only after m successes in a row."""
     B, A = Health.BROKEN, Health.ACTIVE
     assert states([OK, FAIL, OK, OK], start=B) == [B, B, B, A]
 
 
 def test_alternating_outcomes_never_flap() -> None:
+    """UP-11: hysteresis; alternating outcomes never flap."""
     flapping = [FAIL, OK] * 10
     assert set(states(flapping)) == {Health.ACTIVE}
     assert set(states(flapping, start=Health.DEGRADED)) == {Health.DEGRADED}
 
 
 def test_one_slow_answer_does_not_flip_state_but_slow_answers_in_a_row_degrade() -> None:
+    """UP-11: latency over the threshold degrades."""
     A, D = Health.ACTIVE, Health.DEGRADED
     assert states([SLOW, OK, SLOW, OK]) == [A, A, A, A]
     assert states([SLOW, SLOW, SLOW]) == [A, D, D]
@@ -64,10 +68,12 @@ def test_a_start_that_fails_counts_like_any_failure() -> None:
 
 
 def test_a_policy_refusal_is_broken_at_once_and_recovers_like_any_broken() -> None:
+    """UP-11: an SSRF-blocked or undecryptable configuration is broken at once."""
     assert states([FATAL, OK, OK]) == [Health.BROKEN, Health.BROKEN, Health.ACTIVE]
 
 
 def test_transitions_carry_before_after_and_a_reason() -> None:
+    """UP-11: transitions carry a reason."""
     state = HealthState()
     assert state.observe(FAIL, "connection refused", LIMITS) is None
     moved = state.observe(FAIL, "connection refused", LIMITS)

@@ -65,6 +65,7 @@ def test_an_sse_event_far_above_one_mib_passes_up_to_the_cap() -> None:
 
 
 def test_an_sse_event_above_the_cap_is_upstream_too_large() -> None:
+    """UP-04: a single SSE event above the cap is upstream_too_large."""
     with pytest.raises(UpstreamError) as info:
         feed_all([b"data: " + b"x" * 2000], cap=1000)  # refused before the event even ends
     assert info.value.reason == "upstream_too_large"
@@ -97,6 +98,8 @@ def test_stream_yields_the_body_in_chunks_under_the_cap(upstream: RecordingServe
 
 
 def test_stream_enforces_the_byte_cap_while_reading(upstream: RecordingServer) -> None:
+    """UP-04: a stream is cut at the cap while reading (chunked, endless)."""
+
     async def main() -> None:
         async with Egress(EgressPolicy(LOOPBACK_OPEN), max_bytes=256 * 1024) as egress:
             with pytest.raises(UpstreamError) as info:
@@ -112,6 +115,8 @@ def test_stream_enforces_the_byte_cap_while_reading(upstream: RecordingServer) -
 
 
 def test_stream_has_a_total_deadline_that_covers_reading(upstream: RecordingServer) -> None:
+    """UP-01: the deadline covers reading a stream, not only its headers."""
+
     async def main() -> None:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             started = time.monotonic()
@@ -125,6 +130,8 @@ def test_stream_has_a_total_deadline_that_covers_reading(upstream: RecordingServ
 
 
 def test_stream_refuses_redirects_and_blocked_addresses(upstream: RecordingServer) -> None:
+    """SSRF-09 / I-1: the MCP stream path refuses redirects and blocked addresses."""
+
     async def main() -> None:
         async with Egress(EgressPolicy(LOOPBACK_OPEN)) as egress:
             with pytest.raises(UpstreamError) as info:

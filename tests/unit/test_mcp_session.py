@@ -238,6 +238,8 @@ def test_answers_arriving_out_of_order_reach_their_own_callers() -> None:
 
 
 def test_an_answer_with_the_wrong_id_on_a_request_stream_fails_that_request_and_settles_no_other() -> None:
+    """UP-06: an answer with the wrong id fails that request and settles no other."""
+
     async def main() -> None:
         requests: list[dict[str, Any]] = []
 
@@ -289,6 +291,8 @@ MALFORMED: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 @pytest.mark.parametrize("shape", sorted(MALFORMED))
 def test_a_malformed_answer_fails_its_request_as_upstream_invalid_without_waiting(shape: str) -> None:
+    """UP-06: result and error together, no jsonrpc, string error codes: upstream_invalid at once."""
+
     def handler(message: dict[str, Any], t: FakeTransport) -> None:
         t.reply(MALFORMED[shape](message))  # no origin: the session must still attribute it
 
@@ -322,6 +326,8 @@ def test_a_json_rpc_error_answer_becomes_upstream_error_with_its_code_and_messag
 
 
 def test_a_late_or_duplicate_answer_is_dropped_without_harm() -> None:
+    """UP-03: a late answer after a cancel is dropped, never delivered to another request."""
+
     def handler(message: dict[str, Any], t: FakeTransport) -> None:
         t.reply(ok(message, ADD_RESULT))
         t.reply(ok(message, {"content": [{"type": "text", "text": "again"}]}))
@@ -357,6 +363,7 @@ def test_an_inline_transport_that_ends_without_the_answer_is_upstream_invalid() 
 
 
 def test_server_initiated_requests_are_answered_method_not_found_and_never_relayed() -> None:
+    """UP-06: sampling, elicitation and roots requests are answered -32601 and never relayed."""
     asks = ["sampling/createMessage", "elicitation/create", "roots/list", "anything/else"]
     progress: list[dict[str, Any]] = []
 
@@ -384,6 +391,7 @@ def test_server_initiated_requests_are_answered_method_not_found_and_never_relay
 
 
 def test_progress_reaches_the_callback_of_its_own_request_only() -> None:
+    """UP-03: progress reaches its own request only; the deadline still holds."""
     seen: dict[str, list[float]] = {"a": [], "b": []}
 
     async def async_cb(params: dict[str, Any]) -> None:
@@ -439,6 +447,8 @@ def test_tools_list_changed_reaches_the_session_callback() -> None:
 
 
 def test_a_silent_upstream_times_out_and_is_told_the_request_was_cancelled() -> None:
+    """UP-01 / UP-03: a silent upstream is upstream_timeout and notifications/cancelled is sent."""
+
     async def main() -> None:
         session, t = await connected(legacy_server(lambda m, t: None))
         started = time.monotonic()
@@ -456,6 +466,8 @@ def test_a_silent_upstream_times_out_and_is_told_the_request_was_cancelled() -> 
 
 
 def test_a_hanging_send_is_cut_at_the_deadline_too() -> None:
+    """UP-09: a write to an upstream that does not read is bounded by the deadline."""
+
     async def hang(message: dict[str, Any], t: FakeTransport) -> None:
         if message.get("method") == "tools/call":
             await asyncio.sleep(30)
@@ -507,6 +519,8 @@ def test_the_modern_era_on_a_request_scoped_transport_cancels_by_closing_not_by_
 
 
 def test_a_lost_connection_fails_every_open_request_and_later_ones() -> None:
+    """UP-08: a lost connection fails every open request at once."""
+
     async def main() -> None:
         session, _ = await connected(legacy_server(lambda m, t: None))
         calls = [asyncio.create_task(session.call_tool("x", {}, timeout_s=30)) for _ in range(3)]
@@ -529,6 +543,7 @@ def test_a_lost_connection_fails_every_open_request_and_later_ones() -> None:
 
 @pytest.mark.parametrize("expiries", [1, 2])
 def test_an_expired_session_reinitialises_once_and_retries_the_call_once(expiries: int) -> None:
+    """UP-06: on a 404 for the session, re-initialise once and retry at most once."""
     state = {"left": expiries}
 
     def handler(message: dict[str, Any], t: FakeTransport) -> None:
@@ -556,6 +571,7 @@ def test_an_expired_session_reinitialises_once_and_retries_the_call_once(expirie
 
 
 def test_concurrent_calls_that_see_one_expiry_share_one_reinitialise() -> None:
+    """UP-06: concurrent calls that see one expiry share one re-initialise, never a loop."""
     state = {"waiting": 0}
 
     async def handler(message: dict[str, Any], t: FakeTransport) -> None:

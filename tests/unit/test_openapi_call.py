@@ -107,6 +107,7 @@ def test_the_base_path_is_kept_and_the_path_template_is_filled(upstream: Recordi
 def test_a_path_argument_stays_one_segment_whatever_it_contains(
     upstream: RecordingServer, value: str, segment: str
 ) -> None:
+    """SSRF-08: an absolute URL in a path parameter stays one encoded segment on the configured host."""
     _, seen = call(upstream, binding("GET", "/echo/files/{petId}/raw", PET_ID), {"petId": value})
     assert path_of(seen) == f"/api/v3/echo/files/{segment}/raw"
     assert seen["headers"]["host"] == f"127.0.0.1:{upstream.port}"
@@ -186,6 +187,7 @@ def test_a_header_value_with_a_line_break_is_refused(upstream: RecordingServer, 
 
 @pytest.mark.parametrize("name", ["Host", "X-Forwarded-Host", "X-Original-URL", "X-Rewrite-URL"])
 def test_host_routing_headers_cannot_be_set_by_an_agent(upstream: RecordingServer, name: str) -> None:
+    """SSRF-08: Host, X-Forwarded-Host, X-Original-URL and X-Rewrite-URL from agents are refused."""
     bind = binding("GET", "/echo", ParamBinding(arg="h", name=name, location="header"))
     with pytest.raises(ArgumentsInvalid) as caught:
         call(upstream, bind, {"h": "169.254.169.254"})
@@ -260,6 +262,7 @@ def test_an_http_error_status_is_an_error_result_with_the_status(upstream: Recor
 
 
 def test_transport_failures_are_raised_as_upstream_errors(upstream: RecordingServer) -> None:
+    """UP-06 / I-7: transport failures become upstream errors with a reason, no traceback."""
     with pytest.raises(UpstreamError) as caught:
         call(upstream, binding("GET", "/redirect"), {}, base="")
     assert caught.value.reason == "upstream_redirect"
@@ -294,6 +297,7 @@ def test_a_json_array_is_text_only_because_structured_content_must_be_an_object(
 
 
 def test_invalid_json_with_a_json_type_is_passed_on_as_text() -> None:
+    """UP-06: invalid JSON with a JSON type is passed on as text, never a crash."""
     result = answer(200, b"{oops", "application/json")
     assert (result.content[0]["text"], result.structured, result.is_error) == ("{oops", None, False)
 
@@ -309,5 +313,6 @@ def test_binary_is_described_not_returned() -> None:
 
 
 def test_an_empty_success_says_its_status() -> None:
+    """UP-06: an empty 200 says its status."""
     assert answer(204, b"").content[0]["text"] == "HTTP 204 No Content"
     assert answer(200, b"", "application/json").structured is None

@@ -183,6 +183,7 @@ def test_lines_go_in_and_out_and_stop_closes_stdin_first(tmp_path: Path, policy:
 def test_the_child_sees_only_the_given_environment_and_runs_in_its_workdir(
     tmp_path: Path, policy: StdioPolicy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """VAULT-08: the child environment is the allowlist plus its own variables; no master key."""
     monkeypatch.setenv("TOOLSPOKE_MASTER_KEY_CANARY", "must-not-leak")
     body = """
     import json, os, sys
@@ -202,6 +203,39 @@ def test_the_child_sees_only_the_given_environment_and_runs_in_its_workdir(
         await proc.aclose()
 
     run(main())
+
+
+def test_a_child_inherits_no_open_descriptor_and_gets_its_arguments_without_a_shell(
+    tmp_path: Path, policy: StdioPolicy
+) -> None:
+    """VAULT-08: no descriptor of the gateway (the database, a socket) reaches the child,
+    even one marked inheritable; arguments arrive as given, never through a shell."""
+    leaked = os.open(tmp_path / "toolspoke.db", os.O_RDWR | os.O_CREAT, 0o600)
+    os.set_inheritable(leaked, True)
+    body = """
+    import json, os, sys
+    fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+    print(json.dumps({"fds": fds, "argv": sys.argv[1:]}), flush=True)
+    sys.stdin.read()
+    """
+    args = ("$(touch pwned)", "a b;c", "`id`")
+    base = script(tmp_path, body)
+    spec = StdioSpec(command=base.command, args=(*base.args, *args))
+
+    async def main() -> None:
+        proc = StdioProcess("fds", spec, policy)
+        await proc.start()
+        seen = json.loads(await proc.read_line())
+        await proc.aclose()
+        # 0-2 are the pipes; the one more allowed is the directory listdir itself opened.
+        assert len([fd for fd in seen["fds"] if fd > 2]) <= 1, seen["fds"]
+        assert seen["argv"] == list(args)
+        assert not (tmp_path / "stdio" / "fds" / "pwned").exists()
+
+    try:
+        run(main())
+    finally:
+        os.close(leaked)
 
 
 def test_non_json_stdout_lines_are_dropped_with_a_log_line(
@@ -266,6 +300,7 @@ def test_a_real_mcp_server_answers_initialize_over_the_channel(tmp_path: Path) -
 def test_a_child_that_crashes_at_start_reports_status_and_stderr_within_a_second(
     tmp_path: Path, policy: StdioPolicy
 ) -> None:
+    """UP-08: a crash at start fails within a second with the exit status and stderr lines."""
     body = """
     import sys
     print("fatal: API_TOKEN is not set", file=sys.stderr, flush=True)
@@ -293,6 +328,7 @@ def test_a_child_that_crashes_at_start_reports_status_and_stderr_within_a_second
 def test_an_exit_mid_call_wakes_the_waiting_reader_within_a_second(
     tmp_path: Path, policy: StdioPolicy
 ) -> None:
+    """UP-08: an exit mid-call fails the waiting call within a second, not at the deadline."""
     body = """
     import os, sys
     sys.stdout.write(sys.stdin.readline()); sys.stdout.flush()
@@ -323,6 +359,7 @@ def test_an_exit_mid_call_wakes_the_waiting_reader_within_a_second(
 def test_a_crash_is_noticed_even_when_a_grandchild_holds_stdout_open(
     tmp_path: Path, policy: StdioPolicy
 ) -> None:
+    """UP-08: a crash is noticed even when a grandchild holds stdout open."""
     body = """
     import json, subprocess, sys
     grandchild = subprocess.Popen(["sleep", "300"])   # inherits our stdout pipe
@@ -350,6 +387,7 @@ def test_a_crash_is_noticed_even_when_a_grandchild_holds_stdout_open(
 
 
 def test_stop_takes_the_whole_process_group_with_it(tmp_path: Path, policy: StdioPolicy) -> None:
+    """UP-09: recycling takes the whole process group; no orphaned grandchildren."""
     body = """
     import json, subprocess, sys
     grandchild = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL)
@@ -370,6 +408,7 @@ def test_stop_takes_the_whole_process_group_with_it(tmp_path: Path, policy: Stdi
 
 
 def test_a_child_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path, policy: StdioPolicy) -> None:
+    """UP-09: close stdin, SIGTERM, then SIGKILL; the child is reaped."""
     body = """
     import signal, sys, time
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -397,6 +436,7 @@ def test_a_child_that_ignores_sigterm_is_killed_and_reaped(tmp_path: Path, polic
 def test_a_stderr_flood_is_drained_and_only_the_last_lines_kept(
     tmp_path: Path, policy: StdioPolicy, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """UP-08: a stderr flood is drained; only the last lines are kept."""
     body = """
     import sys
     for i in range(100_000):
@@ -425,6 +465,7 @@ def test_a_stderr_flood_is_drained_and_only_the_last_lines_kept(
 
 
 def test_an_over_long_line_is_refused_and_the_child_recycled(tmp_path: Path) -> None:
+    """UP-04: an over-long stdout line is upstream_too_large and the child is recycled."""
     policy = make_policy(tmp_path, max_line_bytes=64 * 1024)
     body = """
     import sys
@@ -455,6 +496,7 @@ def test_an_over_long_line_is_refused_and_the_child_recycled(tmp_path: Path) -> 
 def test_a_child_that_stops_reading_stdin_cannot_block_the_writer(
     tmp_path: Path, policy: StdioPolicy
 ) -> None:
+    """UP-09: a child that stops reading stdin cannot block the writer past its bound."""
     body = """
     import time
     time.sleep(300)
@@ -480,6 +522,7 @@ def test_a_child_that_stops_reading_stdin_cannot_block_the_writer(
 
 
 def test_a_child_that_closes_stdout_but_lives_on_is_recycled(tmp_path: Path, policy: StdioPolicy) -> None:
+    """UP-08: a child that closes stdout but lives on is recycled."""
     body = """
     import os, time
     os.close(1)
@@ -517,6 +560,7 @@ def test_a_slow_cold_start_is_starting_until_the_first_line(tmp_path: Path, poli
 
 
 def test_a_child_that_never_answers_fails_at_the_start_timeout(tmp_path: Path, policy: StdioPolicy) -> None:
+    """UP-09: a server that never answers initialize fails at its start deadline."""
     silent = """
     import sys
     sys.stdin.read()
@@ -557,6 +601,7 @@ def test_an_idle_child_is_stopped_after_the_idle_timeout(tmp_path: Path, policy:
 
 
 def test_a_crash_loop_backs_off_exponentially_and_never_storms(tmp_path: Path, policy: StdioPolicy) -> None:
+    """UP-08: a crash loop backs off exponentially; no fork storm."""
     body = """
     import sys
     sys.exit(1)
@@ -643,6 +688,7 @@ def test_a_changed_spec_replaces_the_running_child(tmp_path: Path, policy: Stdio
 
 
 def test_a_fast_writer_is_paused_not_buffered_and_loses_no_line(tmp_path: Path) -> None:
+    """UP-04: a fast writer is paused, so memory stays bounded by the line limit."""
     policy = make_policy(tmp_path, max_line_bytes=1024)
     body = """
     import sys

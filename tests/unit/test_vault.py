@@ -45,6 +45,7 @@ def test_any_plaintext_seals_and_opens_back_to_itself_in_its_own_context(
 
 
 def test_a_blob_copied_to_another_row_or_field_does_not_open() -> None:
+    """VAULT-03: a ciphertext copied to another row or field fails closed (associated data)."""
     sealer = Sealer(new_key(), 1)
     blob = sealer.seal(b"CANARY-secret", CTX)
     with pytest.raises(SealError):
@@ -56,6 +57,7 @@ def test_a_blob_copied_to_another_row_or_field_does_not_open() -> None:
 
 
 def test_every_single_bit_flip_truncation_or_relabelled_version_fails_closed() -> None:
+    """VAULT-03: any bit flip, truncation, empty blob or unknown version fails closed."""
     sealer = Sealer(new_key(), 1)
     blob = sealer.seal(b"CANARY-0123456789", CTX)
     for i in range(len(blob)):
@@ -76,6 +78,7 @@ def test_every_single_bit_flip_truncation_or_relabelled_version_fails_closed() -
 
 
 def test_equal_plaintexts_give_different_blobs_with_unique_random_nonces() -> None:
+    """VAULT-05: equal plaintexts give different blobs under unique random nonces."""
     sealer = Sealer(new_key(), 1)
     blobs = [sealer.seal(b"same", CTX) for _ in range(20000)]
     nonces = {b[5:17] for b in blobs}
@@ -84,6 +87,7 @@ def test_equal_plaintexts_give_different_blobs_with_unique_random_nonces() -> No
 
 
 def test_a_master_key_must_be_64_hex_characters() -> None:
+    """VAULT-05: the master key is 256-bit (64 hex characters)."""
     assert len(parse_master_key("ab" * 32 + "\n")) == 32
     for bad in ("", "ab" * 31, "zz" * 32, "ab" * 33):
         with pytest.raises(ValueError):
@@ -96,6 +100,7 @@ def test_a_master_key_must_be_64_hex_characters() -> None:
 def test_a_secret_never_shows_its_value_in_repr_str_format_logs_or_tracebacks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """VAULT-01 / I-4 / I-7: a secret never prints in repr, str, format, logs or tracebacks."""
     secret = Secret("CANARY-abcdef")
     shown = [
         repr(secret),
@@ -232,6 +237,7 @@ def test_a_wrong_missing_or_malformed_master_key_stops_start_up_and_changes_noth
 def test_rotation_reseals_every_secret_under_a_new_version_and_the_old_one_can_be_retired(
     tmp_path: Path,
 ) -> None:
+    """VAULT-06: new seals use the new version, old blobs open until retired."""
     settings_ = _settings(tmp_path)
 
     async def body(db: Database) -> None:
@@ -265,6 +271,7 @@ def test_rotation_reseals_every_secret_under_a_new_version_and_the_old_one_can_b
 
 
 def test_retiring_a_version_that_still_seals_a_secret_is_refused_naming_the_toolkit(tmp_path: Path) -> None:
+    """VAULT-06: a straggler still sealed under an old version keeps it from retiring, naming the toolkit."""
     settings_ = _settings(tmp_path)
 
     async def body(db: Database) -> Any:
@@ -281,6 +288,7 @@ def test_retiring_a_version_that_still_seals_a_secret_is_refused_naming_the_tool
 
 
 def test_no_plaintext_secret_reaches_the_database_file_or_its_wal(tmp_path: Path) -> None:
+    """VAULT-01 / I-4: no plaintext secret in the database file or its WAL."""
     settings_ = _settings(tmp_path)
     canary = "CANARY-" + os.urandom(16).hex()
 

@@ -1,15 +1,20 @@
-"""UP-04 for MCP toolkits: the per-toolkit response cap holds over HTTP, SSE and stdio.
+"""Upstream faults (RELIABILITY G) on MCP toolkits, end to end over HTTP, SSE and stdio.
 
 A real ``toolspoke serve`` in front of the reference upstream (``../shared/peers``) over
-streamable HTTP, legacy HTTP+SSE and stdio. The owner's cap (``PUT .../limits``) is what a
-call is measured against, in both directions: raised above the setting it lets a larger
-result through, lowered below it a smaller one is refused, and other toolkits keep theirs.
+streamable HTTP, legacy HTTP+SSE and stdio, with a short call deadline set through
+``TOOLSPOKE_UPSTREAM_TIMEOUT_S`` so the timeout case costs seconds, not 30.
+
+- UP-01: a silent tool is ``upstream_timeout`` at the deadline; the next call works.
+- UP-04: the owner's per-toolkit cap (``PUT .../limits``) is what a result is measured
+  against, in both directions: raised above the setting it lets a larger result through,
+  lowered below it a smaller one is refused, and other toolkits keep theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
@@ -23,6 +28,7 @@ from tests.support.servers import Appliance, import_mcp, running_appliance
 
 pytestmark = pytest.mark.e2e
 SETTING = 262144
+DEADLINE_S = 3
 SLUGS = ("caphttp", "capsse", "capstdio")
 
 
@@ -40,7 +46,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
             argv = [sys.executable, str(UPSTREAM), "--transport", transport, "--port", str(port)]
             stack.enter_context(peer(argv, port, logs / f"{transport}.log"))
             urls[transport] = f"http://127.0.0.1:{port}/{'sse' if transport == 'sse' else 'mcp'}"
-        running = stack.enter_context(running_appliance(tmp_path_factory.mktemp("cap") / "data"))
+        running = stack.enter_context(
+            running_appliance(
+                tmp_path_factory.mktemp("faults") / "data",
+                env={"TOOLSPOKE_UPSTREAM_TIMEOUT_S": str(DEADLINE_S)},
+            )
+        )
         import_mcp(running, urls["streamable-http"], "--slug", "caphttp")
         import_mcp(running, urls["sse"], "--slug", "capsse", "--transport", "sse")
         stdio = ["--env", "UPSTREAM_TRANSPORT=stdio", "--", sys.executable, str(UPSTREAM)]
@@ -101,3 +112,32 @@ def test_a_raised_cap_on_one_mcp_toolkit_leaves_the_others_at_the_setting(app: A
             assert result.is_error is True and result.meta["toolspoke/max_bytes"] == SETTING
     finally:
         set_cap(app, "caphttp", None)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_a_silent_mcp_tool_times_out_at_the_call_deadline_and_the_next_call_works(
+    app: Appliance, slug: str
+) -> None:
+    """UP-01 / UP-03 / I-7: a tool that does not answer is upstream_timeout at the configured
+    deadline, though it keeps sending progress (a hard cap, not an idle timer), with no
+    internals in the text; other calls are unaffected."""
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    async def scenario() -> tuple[Any, float, Any]:
+        async with connect(app) as client:
+            started = time.monotonic()
+            silent = await client.call_tool(f"{slug}__slow", {"seconds": 60}, progress_callback=on_progress)
+            elapsed = time.monotonic() - started
+            after = await client.call_tool(f"{slug}__add", {"a": 2, "b": 3})
+            return silent, elapsed, after
+
+    silent, elapsed, after = run(scenario())
+    assert silent.is_error is True
+    assert silent.meta["toolspoke/reason"] == "upstream_timeout"
+    assert DEADLINE_S - 0.5 <= elapsed < DEADLINE_S + 10, elapsed
+    assert "Traceback" not in text(silent) and "/appliance/" not in text(silent)
+    assert progress, "the upstream's progress was not relayed while the call ran"
+    assert after.is_error is False and after.structured_content == {"result": 5}
