@@ -316,3 +316,30 @@ def test_an_empty_success_says_its_status() -> None:
     """UP-06: an empty 200 says its status."""
     assert answer(204, b"").content[0]["text"] == "HTTP 204 No Content"
     assert answer(200, b"", "application/json").structured is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"x": NaN}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"name": "caf\xe9 \xff\xfe"}',
+        b"<html><body><h1>502 Bad Gateway</h1></body></html>",
+    ],
+    ids=["nan", "nested-1e5", "not-utf8", "html-page"],
+)
+def test_a_hostile_json_body_is_relayed_as_bounded_text_never_a_crash(body: bytes) -> None:
+    """UP-06 / I-7: NaN, 10^5 levels of nesting, invalid UTF-8 or an HTML page sent as
+    application/json never raise (no RecursionError, no UnicodeDecodeError): the answer is text."""
+    result = answer(200, body, "application/json")
+    assert result.structured is None and result.is_error is False
+    text = result.content[0]["text"]
+    assert isinstance(text, str) and 0 < len(text) <= len(body)
+
+
+def test_an_html_502_page_is_an_error_result_naming_the_status() -> None:
+    """UP-06: an HTML 502 from the upstream is an isError result with the status."""
+    result = answer(502, b"<html><h1>502 Bad Gateway</h1></html>", "text/html")
+    assert result.is_error is True
+    assert result.meta == {"status": 502, "reason": "upstream_http_error"}
+    assert result.content[0]["text"].startswith("HTTP 502")
