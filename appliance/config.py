@@ -296,6 +296,48 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds between periodic re-syncs of every MCP toolkit's tool list (0: off; a "
         "`tools/list_changed` notification and `toolspoke sync` still re-sync).",
     ),
+    # -- spend and accounting (issue 6; ledger/, gateway/accounting.py) -----------------
+    Setting(
+        "default_fee",
+        "TOOLSPOKE_DEFAULT_FEE",
+        1.0,
+        _non_negative(float),
+        "Credits a non-owner call to a toolkit costs when its owner set no fee (at most 3 "
+        "decimals; 0: free).",
+    ),
+    Setting(
+        "rate_limit",
+        "TOOLSPOKE_RATE_LIMIT",
+        120,
+        _positive(int),
+        "Tool calls one agent (or, without an agent, one key) may make per "
+        "`TOOLSPOKE_RATE_LIMIT_WINDOW_S`: a burst of this many, then an even trickle (GCRA). "
+        "Beyond it: `-32001` with `retry_after_s`.",
+    ),
+    Setting(
+        "rate_limit_window_s",
+        "TOOLSPOKE_RATE_LIMIT_WINDOW_S",
+        60.0,
+        _positive(float),
+        "The period, in seconds, that `TOOLSPOKE_RATE_LIMIT` and `TOOLSPOKE_BROWSE_RATE_LIMIT` count over.",
+    ),
+    Setting(
+        "browse_rate_limit",
+        "TOOLSPOKE_BROWSE_RATE_LIMIT",
+        600,
+        _positive(int),
+        "search_tools, list_toolkits, describe_tools and read_guide calls one identity may make "
+        "per window: free and unaudited, but limited so nobody can flood the gateway.",
+    ),
+    Setting(
+        "audit_retention_days",
+        "TOOLSPOKE_AUDIT_RETENTION_DAYS",
+        90.0,
+        _non_negative(float),
+        "Days an audit row (call history) is kept; older rows are pruned hourly. 0 keeps them "
+        "forever. Ledger entries are never pruned: balances derive from them.",
+    ),
+    # -- end of spend and accounting -----------------------------------------------------
     Setting(
         "imports_per_hour",
         "TOOLSPOKE_IMPORTS_PER_HOUR",
@@ -357,6 +399,12 @@ class Settings:
     # MCP re-sync
     mcp_resync_s: float
     imports_per_hour: int
+    # spend and accounting
+    default_fee: float
+    rate_limit: int
+    rate_limit_window_s: float
+    browse_rate_limit: int
+    audit_retention_days: float
     demo: bool
     log_level: str
 

@@ -21,6 +21,7 @@
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
+    ├── QuotaExhausted                  429  -32002  quota_exhausted  (window, limit, used, resets_at)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
                  upstream_unavailable, upstream_redirect, ssrf_blocked, no_upstream
@@ -171,3 +172,11 @@ class UpstreamError(ApplianceError):
     def __init__(self, message: str, *, reason: str = "upstream_unavailable", **kw: Any):
         super().__init__(message, **kw)
         self.reason = reason
+
+
+class QuotaExhausted(ApplianceError):
+    """A toolkit's ceiling or the caller's credit is used up; nothing was sent or charged."""
+
+    http_status = 429
+    rpc_code = -32002
+    reason = "quota_exhausted"

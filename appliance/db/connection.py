@@ -176,6 +176,9 @@ class Database:
         self._write_lock = asyncio.Lock()
         self._probe: sqlean.Connection | None = None
         self._memo: tuple[int | None, dict[Hashable, Any]] = (None, {})
+        # Counts this process's commits, so a cache of derived figures (the ledger's) can tell
+        # that another writer changed the database without asking it.
+        self.generation = 0
 
     async def open(self, migrations_dir: Path, readers: int = READERS) -> None:
         from appliance.db.migrate import apply_migrations
@@ -290,3 +293,4 @@ class Database:
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise _storage_error(exc) from exc
+            self.generation += 1

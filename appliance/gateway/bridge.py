@@ -13,6 +13,7 @@ from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
+from appliance.gateway import accounting, telemetry
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.direct import tool_entry
 from appliance.gateway.runtime import Runtime
@@ -187,16 +188,19 @@ async def call_bridge(
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
+    if name not in RUNNERS:
+        accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited
     validate_arguments(spec["inputSchema"], args)
     if name == "search_tools":
-        results, ranking = await search_tools(
-            rt,
-            args["query"],
-            principal=principal,
-            toolkit=args.get("toolkit"),
-            project=args.get("project"),
-            limit=args.get("limit"),
-        )
+        with telemetry.timed_search():
+            results, ranking = await search_tools(
+                rt,
+                args["query"],
+                principal=principal,
+                toolkit=args.get("toolkit"),
+                project=args.get("project"),
+                limit=args.get("limit"),
+            )
         return _json_result({"results": [describe(t) for t in results], "ranking": ranking})
     if name == "list_toolkits":
         return _json_result({"toolkits": await list_toolkits(rt, principal, project=args.get("project"))})

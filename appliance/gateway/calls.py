@@ -13,7 +13,7 @@ from typing import Any
 from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
-from appliance.gateway import credentials
+from appliance.gateway import accounting, credentials
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -75,6 +75,7 @@ def check_runner(tool: Tool, runner: str) -> None:
         )
 
 
+@accounting.audited  # rate limit first; one durable audit row per attempt
 async def call_tool(
     rt: Runtime,
     principal: Principal,
@@ -93,11 +94,18 @@ async def call_tool(
     validate_arguments(tool.input_schema, arguments)
     started = time.perf_counter()
     prepared: credentials.PreparedCall | None = None
-    try:
+
+    async def send() -> CallResult:
+        nonlocal prepared
         prepared = await credentials.prepare(rt, tool)  # the vault's credential and the byte cap
         # What the upstream says while it works (progress, log messages) is redacted too.
         relay_progress, relay_log = prepared.relays(on_progress, on_log)
-        result = await _dispatch(rt, tool, arguments, relay_progress, relay_log, prepared=prepared)
+        return await _dispatch(rt, tool, arguments, relay_progress, relay_log, prepared=prepared)
+
+    try:
+        # quota → balance → reserve; charged once sent, let go if it never left (a credential
+        # that cannot be opened included)
+        result = await accounting.spend(rt, principal, tool, send)
     except UpstreamError as exc:
         result = CallResult(
             content=[{"type": "text", "text": exc.public_message}],

@@ -14,6 +14,9 @@ from appliance import __version__
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.ledger.amounts import parse_credits
+from appliance.ledger.book import Book
+from appliance.ledger.ratelimit import RateLimiter
 from appliance.upstream.health import HealthBook, thresholds_from
 from appliance.upstream.mcp_pool import McpPool
 from appliance.upstream.oauth import TokenCache
@@ -63,6 +66,14 @@ class Runtime:
         self.tokens = TokenCache()  # OAuth access tokens per toolkit (gateway/credentials.py)
         self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
+        # spend and accounting (gateway/accounting.py): the book, and one limiter per kind of call
+        self.book = Book(
+            self.db,
+            default_fee=parse_credits(settings.default_fee, "default_fee"),
+            audit_retention_s=settings.audit_retention_days * 86400,
+        )
+        self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
+        self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         self._vault: Vault | None = None
 
     @property
@@ -84,4 +95,5 @@ class Runtime:
         # Children first: no stdio upstream may outlive the gateway.
         await self.mcp.aclose()
         await self.egress.aclose()
+        await self.book.aclose()  # flush queued audit rows and charges before the database closes
         await self.db.close()

@@ -16,7 +16,18 @@ from appliance.errors import ApplianceError
 from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
-from appliance.web import admin, admin_access, admin_credentials, admin_openapi, admin_sync, demo, mcp, sse
+from appliance.web import (
+    admin,
+    admin_access,
+    admin_credentials,
+    admin_ledger,
+    admin_openapi,
+    admin_sync,
+    demo,
+    mcp,
+    metrics,
+    sse,
+)
 from appliance.web.log_queue import LogQueue
 
 log = logging.getLogger(__name__)
@@ -43,6 +54,8 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_access.bp)  # users, agents, keys, projects, toolkit access, grants
     app.blueprint(admin_openapi.bp)
     app.blueprint(admin_credentials.bp)
+    app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
+    app.blueprint(metrics.bp)  # /metrics, /healthz, /readyz
     if settings.demo:
         app.blueprint(demo.bp)
 

@@ -1,0 +1,245 @@
+"""Accounting on the one call path: rate limit, quota, balance, reserve; then charge or let go; audit.
+
+Two seams in ``gateway/calls.py`` and nothing else there:
+
+- ``@audited`` wraps ``call_tool``: the rate limit comes first (before even resolving the
+  name), and every authenticated attempt, refused ones included, leaves exactly one audit
+  row, acknowledged only once it is durable.
+- ``spend(...)`` wraps the dispatch: after the tool is resolved and its input checked, and
+  before the upstream is contacted, it checks the toolkit's ceilings and the caller's
+  credit and reserves the fee (the book makes that atomic). Once the call returns, the fee
+  is charged when the upstream was reached, its errors and timeouts included (it may have
+  acted), and let go when the call never left (blocked, broken upstream, no credential).
+
+Owners call their own toolkits free and uncounted (still rate-limited and audited). The
+``operator`` (the CLI run without a key by whoever owns the data directory) too.
+
+Until principals carry agents and toolkits carry owners (the access branch), ``_agent``
+and ``_is_owner`` are the one place that reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from appliance.errors import (
+    ApplianceError,
+    Forbidden,
+    InvalidParams,
+    QuotaExhausted,
+    RateLimited,
+    StorageError,
+    Unauthorized,
+    UpstreamError,
+)
+from appliance.gateway import telemetry
+from appliance.gateway.runtime import Runtime
+from appliance.ledger.book import Reservation
+from appliance.ledger.store import AuditRow, Price
+from appliance.models import CallResult, Principal, Tool
+
+# Reasons that prove the call never left the gateway: the reservation is let go. Any other
+# failure (timeouts, refused or reset connections, bad answers) may have acted upstream.
+NEVER_LEFT = frozenset(
+    {"ssrf_blocked", "no_upstream", "credential_unavailable", "upstream_broken", "upstream_tls"}
+)
+
+
+@dataclass
+class Attempt:
+    principal: Principal
+    name: str
+    runner: str | None
+    at: float
+    started: float
+    tool: Tool | None = None
+    outcome: str = "ok"
+    reason: str | None = None
+    owner: bool = False
+    reservation: Reservation | None = None
+    sent: bool = False  # the upstream was (or may have been) contacted
+    upstream_s: float = 0.0
+    bytes: int = 0
+
+
+_CURRENT: ContextVar[Attempt | None] = ContextVar("toolspoke_attempt", default=None)
+
+CallFn = Callable[..., Awaitable[CallResult]]
+
+
+def _agent(principal: Principal) -> tuple[int | None, str | None]:
+    return getattr(principal, "agent_id", None), getattr(principal, "agent_name", None)
+
+
+def identity(principal: Principal) -> str:
+    """Whom the rate limit counts: the agent, else the key."""
+    agent_id, _ = _agent(principal)
+    return f"agent:{agent_id}" if agent_id is not None else f"key:{principal.key_prefix}"
+
+
+def is_owner(principal: Principal, price: Price) -> bool:
+    if getattr(principal, "operator", False):
+        return True
+    if not price.has_owners or price.owner_id is None:
+        return principal.is_admin  # the platform's toolkits belong to every admin
+    return price.owner_id == principal.user_id
+
+
+def limit(rt: Runtime, principal: Principal, *, browse: bool = False) -> None:
+    """The rate limit for one request: -32001 with ``retry_after_s`` when over it."""
+    limiter = rt.browse_limiter if browse else rt.call_limiter
+    wait = limiter.take(identity(principal))
+    if wait > 0:
+        scope = "browse" if browse else "call"
+        telemetry.RATE_LIMITED.labels(scope).inc()
+        per = rt.settings.rate_limit_window_s
+        raise RateLimited(
+            f"rate limit reached ({limiter.limit} {'searches' if browse else 'tool calls'} per "
+            f"{per:g} s); retry after {wait:.2f} s",
+            data={"retry_after_s": round(wait, 3), "retry_after": math.ceil(wait), "scope": scope},
+        )
+
+
+def audited(fn: CallFn) -> CallFn:
+    """Decorate ``call_tool``: rate limit first, then one durable audit row per attempt."""
+
+    @functools.wraps(fn)
+    async def wrapper(
+        rt: Runtime, principal: Principal, name: str, arguments: dict[str, Any], **kw: Any
+    ) -> CallResult:
+        attempt = Attempt(principal, str(name)[:256], kw.get("runner"), time.time(), time.perf_counter())
+        token = _CURRENT.set(attempt)
+        try:
+            limit(rt, principal)
+            result = await fn(rt, principal, name, arguments, **kw)
+        except ApplianceError as exc:
+            _classify(attempt, exc)
+            await _acknowledge(_record(rt, attempt))
+            raise
+        except BaseException:
+            # Cancelled (the client went away) or a bug. Once sent, the upstream may have
+            # acted, so the fee is charged; before, it is let go. The row is queued, not
+            # awaited: we are unwinding.
+            attempt.outcome, attempt.reason = ("upstream_error" if attempt.sent else "blocked"), "interrupted"
+            _record(rt, attempt)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        await _acknowledge(_record(rt, attempt))
+        return result
+
+    return wrapper
+
+
+async def spend(
+    rt: Runtime, principal: Principal, tool: Tool, send: Callable[[], Awaitable[CallResult]]
+) -> CallResult:
+    """Quota → balance → reserve; ``send()`` reaches the upstream; the outcome decides the fee."""
+    attempt = _CURRENT.get()
+    if attempt is None:  # not under @audited (cannot happen through call_tool)
+        attempt = Attempt(principal, tool.name, None, time.time(), time.perf_counter())
+    attempt.tool = tool
+    price = await rt.book.price(tool.toolkit_id, toolkit=tool.toolkit)
+    attempt.owner = is_owner(principal, price)
+    if not attempt.owner:
+        attempt.reservation = await rt.book.reserve(tool.toolkit_id, principal.user_id, toolkit=tool.toolkit)
+    started = time.perf_counter()
+    attempt.sent = True
+    try:
+        result = await send()
+    except UpstreamError as exc:
+        # calls.py turns this into an isError result; the audit keeps the difference.
+        attempt.upstream_s = time.perf_counter() - started
+        attempt.reason = exc.reason
+        if exc.reason in NEVER_LEFT:
+            attempt.outcome, attempt.sent = "blocked", False
+            _let_go(rt, attempt)
+        else:
+            attempt.outcome = "upstream_error"
+        raise
+    except ApplianceError:
+        attempt.sent = False  # refused on our side (storage, a bad binding): nothing left
+        raise
+    except BaseException:
+        attempt.upstream_s = time.perf_counter() - started
+        raise
+    attempt.upstream_s = time.perf_counter() - started
+    attempt.outcome = "is_error" if result.is_error else "ok"
+    attempt.reason = result.meta.get("reason") if result.is_error else None
+    attempt.bytes = len(orjson.dumps(result.content))
+    return result
+
+
+def _let_go(rt: Runtime, attempt: Attempt) -> None:
+    if attempt.reservation is not None:
+        rt.book.release(attempt.reservation)
+        attempt.reservation = None
+
+
+def _classify(attempt: Attempt, exc: ApplianceError) -> None:
+    attempt.reason = exc.reason
+    if isinstance(exc, RateLimited):
+        attempt.outcome = "rate_limited"
+    elif isinstance(exc, QuotaExhausted):
+        attempt.outcome = "quota"
+    elif isinstance(exc, UpstreamError):
+        attempt.outcome = "blocked" if exc.reason in NEVER_LEFT else "upstream_error"
+    elif isinstance(exc, InvalidParams):
+        attempt.outcome = "invalid"
+    elif isinstance(exc, Unauthorized | Forbidden):
+        attempt.outcome = "blocked"
+    else:
+        attempt.outcome = "blocked"  # storage and the like, before anything was sent
+
+
+def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
+    """Queue the attempt's audit row, with its charge when the upstream was reached."""
+    p, tool = attempt.principal, attempt.tool
+    agent_id, agent_name = _agent(p)
+    if not attempt.sent:
+        _let_go(rt, attempt)
+    duration = time.perf_counter() - attempt.started
+    row = AuditRow(
+        at=attempt.at,
+        user_id=p.user_id or None,
+        user_name=p.name,
+        agent_id=agent_id,
+        agent_name=agent_name,
+        key_prefix=p.key_prefix,
+        toolkit_id=tool.toolkit_id if tool else None,
+        toolkit=tool.toolkit if tool else None,
+        project=tool.project if tool else None,
+        tool=tool.name if tool else attempt.name,
+        runner=attempt.runner,
+        outcome=attempt.outcome,
+        reason=attempt.reason,
+        duration_ms=duration * 1000,
+        bytes=attempt.bytes,
+        fee=0,
+        owner_call=attempt.owner,
+    )
+    kit = tool.toolkit if tool else ""
+    telemetry.CALLS.labels(kit, tool.kind if tool else "unknown", attempt.outcome).inc()
+    telemetry.CALL_SECONDS.labels(kit).observe(duration)
+    if attempt.upstream_s:
+        telemetry.UPSTREAM_SECONDS.labels(kit).observe(attempt.upstream_s)
+    return rt.book.record(row, attempt.reservation)
+
+
+async def _acknowledge(durable: asyncio.Future[Any]) -> None:
+    """Return only once the row (and charge) is committed; a failed commit is -32003."""
+    try:
+        await asyncio.shield(durable)
+    except ApplianceError:
+        raise
+    except Exception as exc:
+        raise StorageError("the call's audit record could not be stored") from exc

@@ -1,0 +1,217 @@
+"""Operations on credits, prices and call history, shared by the admin API and the CLI.
+
+Writes go through the book (``rt.book.admin``), so the serving process's figures reload in
+the same transaction; reads go straight to the database.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from appliance.catalogue import store as catalogue
+from appliance.errors import Forbidden, InvalidParams, NotFound
+from appliance.gateway.accounting import is_owner
+from appliance.gateway.runtime import Runtime
+from appliance.ledger import history
+from appliance.ledger import store as ledger
+from appliance.ledger.amounts import credits, parse_count, parse_credits
+from appliance.ledger.book import Tally
+from appliance.models import Principal, Toolkit
+
+QUOTA_FIELDS = ("fee", "daily_limit", "monthly_limit", "unit")
+
+
+async def toolkit(rt: Runtime, slug: str, project: str | None = None) -> Toolkit:
+    async with rt.db.read() as conn:
+        kits = await catalogue.find_toolkits(conn, slug, project=project)
+    if not kits:
+        raise NotFound(f"no toolkit {slug!r}", field="toolkit")
+    if len(kits) > 1:
+        projects = [k.project for k in kits]
+        raise InvalidParams(
+            f"toolkit {slug!r} is installed in several projects ({', '.join(projects)}); name one",
+            field="project",
+            data={"projects": projects},
+        )
+    return kits[0]
+
+
+async def user_id(rt: Runtime, name: str) -> int:
+    async with rt.db.read() as conn:
+        row = await conn.one("SELECT id FROM users WHERE name = ?", (name,))
+    if row is None:
+        raise NotFound(f"no user named {name!r}", field="user")
+    return int(row["id"])
+
+
+async def viewable_toolkit(rt: Runtime, viewer: Principal, slug: str, project: str | None) -> Toolkit:
+    """A toolkit whose figures ``viewer`` may see: its owner's or any, for an admin."""
+    kit = await toolkit(rt, slug, project)
+    price = await rt.book.price(kit.id, toolkit=kit.slug)
+    if not (viewer.is_admin or is_owner(viewer, price)):
+        raise NotFound(f"no toolkit {slug!r}", field="toolkit")  # the same answer as absent
+    return kit
+
+
+def _use(t: Tally, unit: str, limit: int, resets_at: str) -> dict[str, Any]:
+    used = t.calls + t.held_calls if unit == "calls" else t.milli + t.held_milli
+    shown = (lambda v: v) if unit == "calls" else credits
+    return {
+        "used": shown(used),
+        "limit": shown(limit),
+        "remaining": None if not limit else shown(max(limit - used, 0)),
+        "resets_at": resets_at,
+    }
+
+
+async def quota(rt: Runtime, slug: str, project: str | None = None) -> dict[str, Any]:
+    kit = await toolkit(rt, slug, project)
+    price, day_t, month_t, day, month = await rt.book.figures(kit.id, toolkit=kit.slug)
+    return {
+        "toolkit": kit.slug,
+        "project": kit.project,
+        "fee": credits(price.fee),
+        "daily_limit": price.daily if price.unit == "calls" else credits(price.daily),
+        "monthly_limit": price.monthly if price.unit == "calls" else credits(price.monthly),
+        "unit": price.unit,
+        "daily": _use(day_t, price.unit, price.daily, day.resets_at),
+        "monthly": _use(month_t, price.unit, price.monthly, month.resets_at),
+    }
+
+
+async def set_quota(
+    rt: Runtime, slug: str, doc: dict[str, Any], project: str | None = None
+) -> dict[str, Any]:
+    """Change some of fee, daily_limit, monthly_limit, unit; the rest stays. Nothing stored on error."""
+    unknown = sorted(set(doc) - set(QUOTA_FIELDS))
+    if unknown:
+        raise InvalidParams(
+            f"unknown field {unknown[0]!r}; expected {', '.join(QUOTA_FIELDS)}", field=unknown[0]
+        )
+    kit = await toolkit(rt, slug, project)
+    price = await rt.book.price(kit.id, toolkit=kit.slug)
+    unit = doc.get("unit", price.unit)
+    if unit not in ("calls", "credits"):
+        raise InvalidParams("'unit' must be 'calls' or 'credits'", field="unit")
+    fee = parse_credits(doc["fee"], "fee") if "fee" in doc else price.fee
+
+    def ceiling(key: str, current: int) -> int:
+        if key not in doc:
+            if unit != price.unit and current:
+                raise InvalidParams(f"changing 'unit' needs a new '{key}' too", field=key)
+            return current
+        return parse_count(doc[key], key) if unit == "calls" else parse_credits(doc[key], key)
+
+    daily = ceiling("daily_limit", price.daily)
+    monthly = ceiling("monthly_limit", price.monthly)
+    await rt.book.admin(lambda r: ledger.upsert_price(r, time.time(), kit.id, fee, daily, monthly, unit))
+    return await quota(rt, slug, kit.project)
+
+
+async def grant(rt: Runtime, name: str, amount: Any, *, actor: str, note: str = "") -> dict[str, Any]:
+    """An admin's grant of credit (negative: taken back, never below what is available)."""
+    milli = parse_credits(amount, "amount", allow_negative=True)
+    if milli == 0:
+        raise InvalidParams("'amount' must not be 0", field="amount")
+    if not isinstance(note, str) or len(note) > 500:
+        raise InvalidParams("'note' must be text of at most 500 characters", field="note")
+    uid = await user_id(rt, name)
+    held = rt.book.balances[uid].held_milli if uid in rt.book.balances else 0
+
+    def work(r: Any) -> dict[str, Any]:
+        current = ledger.balance(r, uid)
+        if current + milli - held < 0:
+            raise InvalidParams(
+                f"taking back {credits(-milli)} would leave {name!r} below 0 "
+                f"(available: {credits(max(current - held, 0))})",
+                field="amount",
+            )
+        entry = ledger.insert_grant(r, time.time(), uid, milli, actor, note)
+        return {"entry": entry, "balance": current + milli}
+
+    done = await rt.book.admin(work)
+    return {
+        "user": name,
+        "entry": done["entry"],
+        "amount": credits(milli),
+        "balance": credits(done["balance"]),
+    }
+
+
+async def void(rt: Runtime, entry_id: int, *, actor: str, note: str = "") -> dict[str, Any]:
+    """Reverse one charge with a compensating entry: credit back, quota use back."""
+    if isinstance(entry_id, bool) or not isinstance(entry_id, int) or entry_id <= 0:
+        raise InvalidParams("'entry' must be a ledger entry id", field="entry")
+    done = await rt.book.admin(lambda r: ledger.insert_void(r, time.time(), entry_id, actor, note))
+    return {"void": done["id"], "charge": entry_id, "amount": credits(done["amount_milli"])}
+
+
+async def account(rt: Runtime, name: str) -> dict[str, Any]:
+    uid = await user_id(rt, name)
+    async with rt.db.read() as conn:
+        total = await history.balance(conn, uid)
+        recent = await history.entries(conn, uid)
+    return {"user": name, "balance": credits(total), "entries": recent}
+
+
+def parse_time(raw: str | None, field: str) -> float | None:
+    """RFC 3339 (``2026-11-29T10:00:00Z``) or unix seconds."""
+    if raw is None or raw == "":
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidParams(f"'{field}' must be an RFC 3339 time or unix seconds", field=field) from None
+    if moment.tzinfo is None:
+        raise InvalidParams(f"'{field}' needs a time zone (e.g. a trailing Z)", field=field)
+    return moment.timestamp()
+
+
+async def calls(
+    rt: Runtime,
+    viewer: Principal,
+    *,
+    toolkit_slug: str | None = None,
+    project: str | None = None,
+    user: str | None = None,
+    agent: int | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    outcome: str | None = None,
+    tool: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """A page of call history: owners see their toolkits and themselves, admins everything."""
+    f = history.CallFilter(
+        since=parse_time(since, "since"), until=parse_time(until, "until"), outcome=outcome, tool=tool
+    )
+    if toolkit_slug is not None:
+        kit = await viewable_toolkit(rt, viewer, toolkit_slug, project)
+        f = history.CallFilter(**{**f.__dict__, "toolkit_id": kit.id})
+    if user is not None:
+        uid = await user_id(rt, user)
+        if not (viewer.is_admin or viewer.user_id == uid):
+            raise Forbidden("only an admin or the user may see a user's calls")
+        f = history.CallFilter(**{**f.__dict__, "user_id": uid})
+    if agent is not None:
+        if not (viewer.is_admin or await _agent_of(rt, agent) == viewer.user_id):
+            raise Forbidden("only an admin or the agent's user may see its calls")
+        f = history.CallFilter(**{**f.__dict__, "agent_id": agent})
+    async with rt.db.read() as conn:
+        return await history.calls(conn, f, limit=limit, cursor=cursor)
+
+
+async def _agent_of(rt: Runtime, agent: int) -> int | None:
+    """The user an agent acts for (None before agents exist: the access branch's table)."""
+    async with rt.db.read() as conn:
+        if not await conn.one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agents'"):
+            return None
+        row = await conn.one("SELECT user_id FROM agents WHERE id = ?", (agent,))
+    return None if row is None else int(row["user_id"])

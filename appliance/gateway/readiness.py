@@ -1,0 +1,21 @@
+"""Readiness: the database takes a write and its schema is the newest this build knows."""
+
+from __future__ import annotations
+
+from appliance.db.migrate import default_migrations_dir, discover
+from appliance.errors import ApplianceError
+from appliance.gateway.runtime import Runtime
+
+
+async def problems(rt: Runtime) -> list[str]:
+    found: list[str] = []
+    try:
+        async with rt.db.write() as tx:  # BEGIN IMMEDIATE proves the write lock can be had
+            rows = await tx.all("SELECT version FROM schema_migrations")
+    except ApplianceError as exc:
+        return [f"database not writable: {exc.public_message}"]
+    applied = {int(r["version"]) for r in rows}
+    missing = [n for n, _, _ in discover(default_migrations_dir()) if n not in applied]
+    if missing:
+        found.append(f"migrations not applied: {missing}")
+    return found

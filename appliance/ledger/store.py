@@ -1,0 +1,183 @@
+"""The ledger's SQL: prices, usage in a window, balances, audit rows, charges, grants, voids.
+
+The write functions run in the writer's thread inside one transaction (``SyncReader``), so
+the book's group commit can put many calls' rows into one durable commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from appliance.db import SyncReader
+from appliance.errors import Conflict, InvalidParams, NotFound
+
+
+@dataclass(frozen=True)
+class Price:
+    toolkit_id: int
+    fee: int  # millicredits per call
+    daily: int  # ceiling: calls, or millicredits when unit == "credits"; 0 none
+    monthly: int
+    unit: str  # "calls" or "credits"
+    owner_id: int | None  # None: the platform's (every admin owns it)
+    has_owners: bool  # False until toolkits carry an owner (access, migration 0004)
+    customised: bool  # a row in toolkit_prices exists
+
+
+@dataclass
+class AuditRow:
+    at: float
+    user_id: int | None
+    user_name: str
+    agent_id: int | None
+    agent_name: str | None
+    key_prefix: str
+    toolkit_id: int | None
+    toolkit: str | None
+    project: str | None
+    tool: str
+    runner: str | None
+    outcome: str
+    reason: str | None
+    duration_ms: float
+    bytes: int
+    fee: int
+    owner_call: bool
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return (
+            self.at,
+            self.user_id,
+            self.user_name,
+            self.agent_id,
+            self.agent_name,
+            self.key_prefix,
+            self.toolkit_id,
+            self.toolkit,
+            self.project,
+            self.tool,
+            self.runner,
+            self.outcome,
+            self.reason,
+            round(self.duration_ms, 3),
+            self.bytes,
+            self.fee,
+            int(self.owner_call),
+        )
+
+
+_AUDIT_INSERT = (
+    "INSERT INTO audit_log (at, user_id, user_name, agent_id, agent_name, key_prefix, toolkit_id,"
+    " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
+
+
+def has_owner_column(r: SyncReader) -> bool:
+    """Whether toolkits have owners yet (the access branch adds ``toolkits.owner_id``)."""
+    return any(row[1] == "owner_id" for row in r.all("PRAGMA table_info(toolkits)"))
+
+
+def load_price(r: SyncReader, toolkit_id: int, default_fee: int, has_owners: bool) -> Price | None:
+    owner = "k.owner_id" if has_owners else "NULL"
+    row = r.one(
+        f"SELECT k.id, {owner} AS owner_id, p.fee_milli, p.daily_limit, p.monthly_limit, p.limit_unit"
+        " FROM toolkits k LEFT JOIN toolkit_prices p ON p.toolkit_id = k.id WHERE k.id = ?",
+        (toolkit_id,),
+    )
+    if row is None:
+        return None
+    customised = row["fee_milli"] is not None
+    return Price(
+        toolkit_id=toolkit_id,
+        fee=int(row["fee_milli"]) if customised else default_fee,
+        daily=int(row["daily_limit"] or 0),
+        monthly=int(row["monthly_limit"] or 0),
+        unit=row["limit_unit"] or "calls",
+        owner_id=None if row["owner_id"] is None else int(row["owner_id"]),
+        has_owners=has_owners,
+        customised=customised,
+    )
+
+
+def window_usage(r: SyncReader, toolkit_id: int, start: float, end: float) -> tuple[int, int]:
+    """(calls, millicredits) charged in [start, end), voided charges excluded."""
+    row = r.one(
+        "SELECT count(*) AS calls, coalesce(-sum(c.amount_milli), 0) AS milli FROM ledger_entries c"
+        " WHERE c.kind = 'charge' AND c.toolkit_id = ? AND c.at >= ? AND c.at < ?"
+        " AND NOT EXISTS (SELECT 1 FROM ledger_entries v WHERE v.refers_to = c.id)",
+        (toolkit_id, start, end),
+    )
+    return int(row["calls"]), int(row["milli"])
+
+
+def balance(r: SyncReader, user_id: int) -> int:
+    row = r.one(
+        "SELECT coalesce(sum(amount_milli), 0) AS b FROM ledger_entries WHERE user_id = ?", (user_id,)
+    )
+    return int(row["b"])
+
+
+def insert_call(r: SyncReader, row: AuditRow, payer: int | None) -> int:
+    """The audit row and, when someone pays (even 0), its charge; returns the audit id."""
+    audit_id = int(r.one(_AUDIT_INSERT, row.as_tuple())[0])
+    if payer is not None:
+        r.one(
+            "INSERT INTO ledger_entries (at, user_id, kind, amount_milli, toolkit_id, audit_id, actor)"
+            " VALUES (?, ?, 'charge', ?, ?, ?, ?) RETURNING id",
+            (row.at, payer, -row.fee, row.toolkit_id, audit_id, row.key_prefix),
+        )
+    return audit_id
+
+
+def insert_grant(r: SyncReader, at: float, user_id: int, amount: int, actor: str, note: str) -> int:
+    return int(
+        r.one(
+            "INSERT INTO ledger_entries (at, user_id, kind, amount_milli, actor, note)"
+            " VALUES (?, ?, 'grant', ?, ?, ?) RETURNING id",
+            (at, user_id, amount, actor, note),
+        )[0]
+    )
+
+
+def insert_void(r: SyncReader, at: float, entry_id: int, actor: str, note: str) -> dict[str, Any]:
+    """Reverse one charge with a compensating entry; a charge is voided at most once."""
+    charge = r.one("SELECT * FROM ledger_entries WHERE id = ?", (entry_id,))
+    if charge is None or charge["kind"] != "charge":
+        raise NotFound(f"no charge with id {entry_id}", field="entry")
+    if r.one("SELECT 1 FROM ledger_entries WHERE refers_to = ?", (entry_id,)):
+        raise Conflict(f"charge {entry_id} is already voided", field="entry")
+    void_id = int(
+        r.one(
+            "INSERT INTO ledger_entries (at, user_id, kind, amount_milli, toolkit_id, refers_to, actor, note)"
+            " VALUES (?, ?, 'void', ?, ?, ?, ?, ?) RETURNING id",
+            (at, charge["user_id"], -charge["amount_milli"], charge["toolkit_id"], entry_id, actor, note),
+        )[0]
+    )
+    return {"id": void_id, "user_id": int(charge["user_id"]), "amount_milli": -int(charge["amount_milli"])}
+
+
+def upsert_price(
+    r: SyncReader, at: float, toolkit_id: int, fee: int, daily: int, monthly: int, unit: str
+) -> None:
+    if unit not in ("calls", "credits"):
+        raise InvalidParams("'unit' must be 'calls' or 'credits'", field="unit")
+    r.one(
+        "INSERT INTO toolkit_prices"
+        " (toolkit_id, fee_milli, daily_limit, monthly_limit, limit_unit, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (toolkit_id) DO UPDATE SET fee_milli = excluded.fee_milli,"
+        " daily_limit = excluded.daily_limit, monthly_limit = excluded.monthly_limit,"
+        " limit_unit = excluded.limit_unit, updated_at = excluded.updated_at RETURNING toolkit_id",
+        (toolkit_id, fee, daily, monthly, unit, at),
+    )
+
+
+def prune_audit(r: SyncReader, before: float, batch: int = 5000) -> int:
+    """Delete up to ``batch`` audit rows older than ``before`` (short transactions)."""
+    rows = r.all(
+        "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < ? ORDER BY id LIMIT ?)"
+        " RETURNING id",
+        (before, batch),
+    )
+    return len(rows)

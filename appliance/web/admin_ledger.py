@@ -1,0 +1,166 @@
+"""Admin API for spend and accounting: prices and ceilings, credit, call history.
+
+- ``GET  /api/v1/toolkits/<slug>/quota[?project=P]``: fee, ceilings, unit and the current
+  UTC day's and month's use (owners of the toolkit and admins)
+- ``PUT  /api/v1/toolkits/<slug>/quota[?project=P]``: body with any of ``fee`` (credits),
+  ``daily_limit``, ``monthly_limit`` (calls or credits, 0: none), ``unit`` (admin)
+- ``GET  /api/v1/users/<name>/credits``: balance and recent entries (admin, or that user)
+- ``POST /api/v1/users/<name>/credits``: body ``{"amount", "note"?}`` (admin)
+- ``POST /api/v1/ledger/<id>/void``: reverse one charge, body ``{"note"?}`` (admin)
+- ``GET  /api/v1/toolsets/<slug>/calls`` (also ``/toolkits/<slug>/calls``), ``/users/<name>/calls``,
+  ``/agents/<id>/calls``: call history, newest first; query ``since``, ``until`` (RFC 3339 or
+  unix seconds), ``outcome``, ``tool``, ``limit`` (≤ 500), ``cursor`` (from ``next_cursor``)
+
+Errors are JSON ``{"error": {reason, message, field}}`` like the rest of ``/api/v1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sanic import Blueprint, Request, response
+from sanic.response import HTTPResponse
+
+from appliance.errors import ApplianceError, Forbidden, InvalidParams
+from appliance.gateway import ledgering
+from appliance.models import Principal
+from appliance.web.admin import error_response
+from appliance.web.guards import authenticate, check_host, check_origin, require_admin
+
+bp = Blueprint("admin_ledger", url_prefix="/api/v1")
+
+
+async def _caller(request: Request, *, admin: bool) -> Principal:
+    rt = request.app.ctx.rt
+    check_host(request, rt.settings)
+    check_origin(request, rt.settings)
+    return await (require_admin(request, rt) if admin else authenticate(request, rt))
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not request.body:
+        return {}
+    try:
+        doc = request.json
+    except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
+        raise InvalidParams("request body is not valid JSON", field="body") from None
+    if not isinstance(doc, dict):
+        raise InvalidParams("request body must be a JSON object", field="body")
+    return doc
+
+
+async def _answer(work: Callable[[], Awaitable[dict[str, Any]]], status: int = 200) -> HTTPResponse:
+    try:
+        return response.json(await work(), status=status)
+    except ApplianceError as exc:
+        return error_response(exc)
+
+
+@bp.get("/toolkits/<slug>/quota")
+async def get_quota(request: Request, slug: str) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        viewer = await _caller(request, admin=False)
+        rt = request.app.ctx.rt
+        await ledgering.viewable_toolkit(rt, viewer, slug, request.args.get("project"))
+        return await ledgering.quota(rt, slug, request.args.get("project"))
+
+    return await _answer(work)
+
+
+@bp.put("/toolkits/<slug>/quota")
+async def put_quota(request: Request, slug: str) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        await _caller(request, admin=True)
+        return await ledgering.set_quota(
+            request.app.ctx.rt, slug, _body(request), request.args.get("project")
+        )
+
+    return await _answer(work)
+
+
+@bp.get("/users/<name>/credits")
+async def get_credits(request: Request, name: str) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        viewer = await _caller(request, admin=False)
+        rt = request.app.ctx.rt
+        if not viewer.is_admin and viewer.user_id != await ledgering.user_id(rt, name):
+            raise Forbidden("only an admin or the user may see a user's credit")
+        return await ledgering.account(rt, name)
+
+    return await _answer(work)
+
+
+@bp.post("/users/<name>/credits")
+async def post_credits(request: Request, name: str) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        admin = await _caller(request, admin=True)
+        doc = _body(request)
+        if "amount" not in doc:
+            raise InvalidParams("'amount' (credits) is required", field="amount")
+        return await ledgering.grant(
+            request.app.ctx.rt, name, doc["amount"], actor=admin.key_prefix, note=doc.get("note", "")
+        )
+
+    return await _answer(work, 201)
+
+
+@bp.post("/ledger/<entry:int>/void")
+async def post_void(request: Request, entry: int) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        admin = await _caller(request, admin=True)
+        note = _body(request).get("note", "")
+        if not isinstance(note, str):
+            raise InvalidParams("'note' must be text", field="note")
+        return await ledgering.void(request.app.ctx.rt, entry, actor=admin.key_prefix, note=note)
+
+    return await _answer(work, 201)
+
+
+def _limit(request: Request) -> int:
+    raw = request.args.get("limit")
+    if raw is None:
+        return 100
+    if not raw.isdigit():
+        raise InvalidParams("'limit' must be a whole number from 1 to 500", field="limit")
+    return int(raw)
+
+
+async def _history(request: Request, **scope: Any) -> HTTPResponse:
+    async def work() -> dict[str, Any]:
+        viewer = await _caller(request, admin=False)
+        a = request.args
+        return await ledgering.calls(
+            request.app.ctx.rt,
+            viewer,
+            project=a.get("project"),
+            since=a.get("since"),
+            until=a.get("until"),
+            outcome=a.get("outcome"),
+            tool=a.get("tool"),
+            limit=_limit(request),
+            cursor=a.get("cursor"),
+            **scope,
+        )
+
+    return await _answer(work)
+
+
+@bp.get("/toolsets/<slug>/calls")
+async def toolset_calls(request: Request, slug: str) -> HTTPResponse:
+    return await _history(request, toolkit_slug=slug)
+
+
+@bp.get("/toolkits/<slug>/calls")
+async def toolkit_calls(request: Request, slug: str) -> HTTPResponse:
+    return await _history(request, toolkit_slug=slug)
+
+
+@bp.get("/users/<name>/calls")
+async def user_calls(request: Request, name: str) -> HTTPResponse:
+    return await _history(request, user=name)
+
+
+@bp.get("/agents/<agent:int>/calls")
+async def agent_calls(request: Request, agent: int) -> HTTPResponse:
+    return await _history(request, agent=agent)

@@ -1,0 +1,362 @@
+"""Spend and accounting end to end: real appliance, real SDK clients, a real metered upstream.
+
+The appliance runs with its clock's zone at UTC+14 (POSIX ``TZ``): quota windows must still
+be UTC. Users and keys are written into its database as ``init`` does (no user API yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install, query
+from tests.support.clients import connect
+from tests.support.servers import Appliance, running_appliance
+
+pytestmark = pytest.mark.e2e
+AGENTS = 30
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    data = tmp_path_factory.mktemp("spend") / "data"
+    env = {"TZ": "KIR-14", "TOOLSPOKE_RATE_LIMIT_WINDOW_S": "3600", "TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    with running_appliance(data, env=env) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keys(app: Appliance) -> dict[str, list[str]]:
+    """Three users with ten keys each (thirty callers), 1000 credits each."""
+    made = {}
+    for user in ("ann", "bob", "cyd"):
+        made[user] = add_user_keys(app.data_dir, user, AGENTS // 3)
+        r = admin(app, "POST", f"/users/{user}/credits", {"amount": 1000, "note": "test"})
+        assert r.status_code == 201, r.text
+    return made
+
+
+def run(coro: Any, timeout: float = 120) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=timeout))
+
+
+def as_key(app: Appliance, key: str) -> Appliance:
+    return dataclasses.replace(app, key=key)
+
+
+async def _calls(app: Appliance, key: str, tool: str, n: int) -> list[Any]:
+    """``n`` concurrent direct calls on one SDK session; each result or the MCPError raised."""
+    async with connect(as_key(app, key)) as client:
+        return await asyncio.gather(*(client.call_tool(tool, {}) for _ in range(n)), return_exceptions=True)
+
+
+def _burst(app: Appliance, callers: list[tuple[str, int]], tool: str) -> list[Any]:
+    async def scenario() -> list[Any]:
+        groups = await asyncio.gather(*(_calls(app, key, tool, n) for key, n in callers))
+        return [r for g in groups for r in g]
+
+    return run(scenario())
+
+
+def _all_keys(keys: dict[str, list[str]]) -> list[str]:
+    return [k for ks in keys.values() for k in ks]
+
+
+def _quota_errors(results: list[Any]) -> list[MCPError]:
+    return [r for r in results if isinstance(r, MCPError) and r.code == -32002]
+
+
+def _check_books(data: Path, slug: str) -> None:
+    """Ledger = audit fees, one charge per charged audit row, and no negative balance."""
+    ((charged, audit_fees, charges, charged_rows),) = query(
+        data,
+        "SELECT (SELECT -coalesce(sum(amount_milli), 0) FROM ledger_entries WHERE kind = 'charge'"
+        " AND toolkit_id = k.id),"
+        " (SELECT coalesce(sum(fee_milli), 0) FROM audit_log WHERE toolkit_id = k.id),"
+        " (SELECT count(*) FROM ledger_entries WHERE kind = 'charge' AND toolkit_id = k.id),"
+        " (SELECT count(*) FROM audit_log a WHERE toolkit_id = k.id AND EXISTS"
+        "   (SELECT 1 FROM ledger_entries e WHERE e.audit_id = a.id))"
+        " FROM toolkits k WHERE slug = ?",
+        (slug,),
+    )
+    assert charged == audit_fees
+    assert charges == charged_rows
+    assert (
+        query(
+            data,
+            "SELECT user_id, sum(amount_milli) FROM ledger_entries GROUP BY 1 HAVING sum(amount_milli) < 0",
+        )
+        == []
+    )
+
+
+def test_300_concurrent_calls_from_30_agents_against_a_daily_ceiling_of_100_let_exactly_100_through(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "meter", upstream, daily_limit=100)
+        results = _burst(app, [(k, 10) for k in _all_keys(keys)], tool)
+    finally:
+        upstream.close()
+    refused = _quota_errors(results)
+    assert upstream.count == 100
+    assert len(refused) == 200
+    assert sum(1 for r in results if not isinstance(r, BaseException) and not r.is_error) == 100
+    data = refused[0].data
+    assert data["reason"] == "quota_exhausted"
+    assert (data["window"], data["limit"], data["used"]) == ("daily", 100, 100)
+    now = datetime.now(UTC)
+    midnight = {(now + timedelta(days=d)).strftime("%Y-%m-%dT00:00:00Z") for d in (1, 2)}
+    assert data["resets_at"] in midnight  # the next UTC midnight, though the server runs at UTC+14
+    assert query(
+        app.data_dir,
+        "SELECT count(*) FROM ledger_entries e JOIN toolkits k ON k.id = e.toolkit_id"
+        " WHERE k.slug = 'meter' AND e.kind = 'charge'",
+    ) == [(100,)]
+    assert query(
+        app.data_dir, "SELECT outcome, count(*) FROM audit_log WHERE toolkit = 'meter' GROUP BY 1 ORDER BY 1"
+    ) == [("ok", 100), ("quota", 200)]
+    _check_books(app.data_dir, "meter")
+
+
+def test_with_a_fifth_of_upstream_calls_failing_and_owner_calls_mixed_in_still_only_100_are_charged(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream(fail_every=5)
+    try:
+        tool = install(app, "flaky", upstream, daily_limit=100, fee=2)
+        owner = [(app.key, 2)] * 10  # the admin owns the platform's toolkits: free, uncounted
+        results = _burst(app, [(k, 10) for k in _all_keys(keys)] + owner, tool)
+    finally:
+        upstream.close()
+    assert upstream.count == 100 + 20
+    assert upstream.failed == 24
+    assert len(_quota_errors(results)) == 200
+    rows = dict(
+        query(
+            app.data_dir,
+            "SELECT owner_call, count(*) FROM audit_log WHERE toolkit = 'flaky'"
+            " AND outcome IN ('ok', 'is_error') GROUP BY 1",
+        )
+    )
+    assert rows == {0: 100, 1: 20}
+    assert query(
+        app.data_dir,
+        "SELECT count(*), -sum(amount_milli) FROM ledger_entries e JOIN toolkits k"
+        " ON k.id = e.toolkit_id WHERE k.slug = 'flaky' AND e.kind = 'charge'",
+    ) == [(100, 200_000)]
+    assert query(
+        app.data_dir,
+        "SELECT count(*) FROM audit_log WHERE toolkit = 'flaky' AND owner_call = 1 AND fee_milli != 0",
+    ) == [(0,)]
+    _check_books(app.data_dir, "flaky")
+
+
+def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another_agent_is_unaffected(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream()
+    (first,) = add_user_keys(app.data_dir, "eve", 1)  # a fresh identity: a full bucket
+    other = keys["bob"][0]
+
+    async def scenario() -> tuple[list[Any], Any, Any]:
+        async with connect(as_key(app, first)) as client:
+            done = [await client.call_tool(tool, {}) for _ in range(120)]
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool(tool, {})
+            # search, list, describe and guide have their own (larger) limit
+            browse = await client.call_tool("list_toolkits", {})
+        async with connect(as_key(app, other)) as client:
+            fine = await client.call_tool(tool, {})
+        assert not browse.is_error
+        return done, refused.value, fine
+
+    try:
+        tool = install(app, "paced", upstream, fee=0)
+        done, refused, fine = run(scenario())
+    finally:
+        upstream.close()
+    assert all(not r.is_error for r in done)
+    assert refused.code == -32001
+    assert refused.data["reason"] == "rate_limited"
+    # 120 per 3600 s here: the next call is possible one interval (30 s) after the burst
+    assert 25 < refused.data["retry_after_s"] <= 30
+    assert refused.data["retry_after"] == math.ceil(refused.data["retry_after_s"])
+    assert not fine.is_error
+    assert upstream.count == 121
+    prefix = first[:12]
+    assert query(
+        app.data_dir,
+        "SELECT outcome, count(*) FROM audit_log WHERE key_prefix = ? AND toolkit IS NULL GROUP BY 1",
+        (prefix,),
+    ) == [("rate_limited", 1)]
+
+
+def test_a_caller_without_credit_gets_32002_and_nothing_reaches_the_upstream(app: Appliance) -> None:
+    (broke,) = add_user_keys(app.data_dir, "dee", 1)
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "pricey", upstream, fee=5)
+        (result,) = _burst(app, [(broke, 1)], tool)
+    finally:
+        upstream.close()
+    assert isinstance(result, MCPError) and result.code == -32002
+    assert result.data["window"] == "credit"
+    assert result.data["fee"] == 5
+    assert upstream.count == 0
+    assert query(app.data_dir, "SELECT outcome, fee_milli FROM audit_log WHERE toolkit = 'pricey'") == [
+        ("quota", 0)
+    ]
+
+
+def test_metrics_parse_with_the_prometheus_parser_and_count_calls_by_outcome(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "gauged", upstream, daily_limit=1)
+        _burst(app, [(keys["cyd"][0], 2)], tool)
+    finally:
+        upstream.close()
+    r = httpx.get(app.base_url + "/metrics", timeout=30)
+    assert r.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for s in families["toolspoke_tool_calls"].samples
+        if s.name.endswith("_total") and s.labels["toolkit"] == "gauged"
+    }
+    assert outcomes == {"ok": 1.0, "quota": 1.0}
+    used = {
+        s.labels["window"]: s.value
+        for s in families["toolspoke_quota_used"].samples
+        if s.labels["toolkit"] == "gauged"
+    }
+    assert used["daily"] == 1.0
+    assert any(s.labels.get("toolkit") == "gauged" for s in families["toolspoke_tool_call_seconds"].samples)
+    assert "process_resident_memory_bytes" in families
+    assert {"toolspoke_upstream_seconds", "toolspoke_search_seconds", "toolspoke_toolkit_health"} <= set(
+        families
+    )
+
+
+def test_healthz_says_alive_and_readyz_says_ready_once_the_database_is_writable_and_migrated(
+    app: Appliance,
+) -> None:
+    assert httpx.get(app.base_url + "/healthz", timeout=10).json() == {"status": "alive"}
+    ready = httpx.get(app.base_url + "/readyz", timeout=10)
+    assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('{"fee": NaN}', "fee"),
+        ('{"fee": Infinity}', "fee"),
+        ('{"fee": -1}', "fee"),
+        ('{"fee": 1e-30}', "fee"),
+        ('{"fee": 1e309}', "fee"),
+        ('{"fee": "10"}', "fee"),
+        ('{"fee": true}', "fee"),
+        ('{"daily_limit": 9223372036854775808}', "daily_limit"),
+        ('{"daily_limit": 1.5}', "daily_limit"),
+        ('{"monthly_limit": []}', "monthly_limit"),
+        ('{"unit": "euros"}', "unit"),
+        ('{"colour": 1}', "colour"),
+    ],
+)
+def test_a_hostile_price_is_refused_naming_the_field_and_nothing_is_stored(
+    app: Appliance, body: str, field: str
+) -> None:
+    before = admin(app, "GET", "/toolkits/demo/quota").json()
+    r = httpx.put(
+        app.base_url + "/api/v1/toolkits/demo/quota",
+        content=body,
+        headers={"Authorization": f"Bearer {app.key}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["field"] == field
+    assert admin(app, "GET", "/toolkits/demo/quota").json() == before
+
+
+def test_call_history_pages_by_cursor_newest_first_and_filters_by_outcome(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "paged", upstream, daily_limit=3)
+        _burst(app, [(keys["ann"][1], 5)], tool)
+    finally:
+        upstream.close()
+    seen, cursor = [], None
+    while True:
+        page = admin(
+            app, "GET", "/toolsets/paged/calls?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        ).json()
+        seen += page["calls"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == 5
+    assert [c["id"] for c in seen] == sorted((c["id"] for c in seen), reverse=True)
+    assert {c["tool"] for c in seen} == {"paged__hit"}
+    assert all(c["key_prefix"] == keys["ann"][1][:12] and c["user"] == "ann" for c in seen)
+    quota = admin(app, "GET", "/toolsets/paged/calls?outcome=quota").json()["calls"]
+    assert len(quota) == 2 and all(c["fee"] == 0 for c in quota)
+    ok = admin(app, "GET", "/toolsets/paged/calls?outcome=ok").json()["calls"]
+    assert len(ok) == 3 and all(c["fee"] == 1 for c in ok)
+    bad = admin(app, "GET", "/toolsets/paged/calls?cursor=zzz")
+    assert (bad.status_code, bad.json()["error"]["field"]) == (422, "cursor")
+    mine = httpx.get(
+        app.base_url + "/api/v1/users/ann/calls?limit=500",
+        headers={"Authorization": f"Bearer {keys['ann'][1]}"},
+        timeout=30,
+    )
+    assert mine.status_code == 200 and all(c["user"] == "ann" for c in mine.json()["calls"])
+    theirs = httpx.get(
+        app.base_url + "/api/v1/toolsets/paged/calls",
+        headers={"Authorization": f"Bearer {keys['ann'][1]}"},
+        timeout=30,
+    )
+    assert theirs.status_code == 404  # not the owner: the toolkit is as good as absent
+
+
+def test_credit_grants_and_voids_are_new_entries_and_the_balance_is_their_sum(app: Appliance) -> None:
+    (key,) = add_user_keys(app.data_dir, "fay", 1)
+    assert admin(app, "POST", "/users/fay/credits", {"amount": 2.5}).json()["balance"] == 2.5
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "billed", upstream, fee=1.5)
+        (result,) = _burst(app, [(key, 1)], tool)
+    finally:
+        upstream.close()
+    assert not result.is_error
+    account = admin(app, "GET", "/users/fay/credits").json()
+    assert account["balance"] == 1
+    charge = next(e for e in account["entries"] if e["kind"] == "charge")
+    assert charge["amount"] == -1.5
+    assert admin(app, "POST", f"/ledger/{charge['id']}/void", {"note": "refund"}).status_code == 201
+    again = admin(app, "POST", f"/ledger/{charge['id']}/void", {})
+    assert again.status_code == 409
+    assert admin(app, "GET", "/users/fay/credits").json()["balance"] == 2.5
+    too_much = admin(app, "POST", "/users/fay/credits", {"amount": -3})
+    assert (too_much.status_code, too_much.json()["error"]["field"]) == (422, "amount")
+    kinds = query(
+        app.data_dir,
+        "SELECT kind FROM ledger_entries WHERE user_id = (SELECT id FROM users WHERE name = 'fay')"
+        " ORDER BY id",
+    )
+    assert [k for (k,) in kinds] == ["grant", "charge", "void"]

@@ -1,0 +1,117 @@
+"""Test principals and a metered upstream for the spend and accounting tests.
+
+``add_user_keys`` writes users and API keys straight into the appliance's database (the
+way ``toolspoke init`` does), because main has no user API yet; once the access branch
+lands this becomes its admin API. ``MeteredUpstream`` is a real HTTP server on loopback
+that counts every request it answers and fails every n-th one with a 500.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import sqlite3
+import threading
+from contextlib import closing
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.servers import Appliance
+
+
+def add_user_keys(data_dir: Path, user: str, keys: int) -> list[str]:
+    """A non-admin user with ``keys`` API keys; returns the keys."""
+    made = [f"tsk_{secrets.token_urlsafe(32)}" for _ in range(keys)]
+    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db, db:
+        db.execute("INSERT INTO users (name, is_admin) VALUES (?, 0)", (user,))
+        uid = db.execute("SELECT id FROM users WHERE name = ?", (user,)).fetchone()[0]
+        db.executemany(
+            "INSERT INTO api_keys (user_id, name, prefix, secret_hash) VALUES (?, ?, ?, ?)",
+            [(uid, f"k{i}", k[:12], hashlib.sha256(k.encode()).hexdigest()) for i, k in enumerate(made)],
+        )
+    return made
+
+
+def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db:
+        return list(db.execute(sql, params).fetchall())
+
+
+def admin(app: Appliance, method: str, path: str, body: Any = None) -> httpx.Response:
+    return httpx.request(
+        method,
+        app.base_url + "/api/v1" + path,
+        json=body,
+        headers={"Authorization": f"Bearer {app.key}"},
+        timeout=30,
+    )
+
+
+class MeteredUpstream:
+    """``GET /hit``: 200 with the request's number, or 500 for every ``fail_every``-th one."""
+
+    def __init__(self, fail_every: int = 0) -> None:
+        self.count = 0
+        self.failed = 0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with outer.lock:
+                    outer.count += 1
+                    n = outer.count
+                    fail = bool(fail_every) and n % fail_every == 0
+                    outer.failed += fail
+                body = json.dumps({"n": n}).encode()
+                self.send_response(500 if fail else 200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 512  # hundreds of calls connect at once
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "openapi": "3.0.3",
+            "info": {"title": "meter", "version": "1"},
+            "servers": [{"url": self.base_url}],
+            "paths": {
+                "/hit": {"get": {"operationId": "hit", "responses": {"200": {"description": "counted"}}}}
+            },
+        }
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def install(app: Appliance, slug: str, upstream: MeteredUpstream, **quota: Any) -> str:
+    """Import the metered upstream as toolkit ``slug`` and set its quota; its tool's name."""
+    r = admin(app, "POST", "/toolkits/openapi", {"slug": slug, "spec": upstream.spec()})
+    assert r.status_code == 201, r.text
+    if quota:
+        r = admin(app, "PUT", f"/toolkits/{slug}/quota", quota)
+        assert r.status_code == 200, r.text
+    return f"{slug}__hit"
