@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install, query
 from tests.support.clients import connect
-from tests.support.servers import Appliance, running_appliance
+from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 AGENTS = 30
@@ -360,3 +361,34 @@ def test_credit_grants_and_voids_are_new_entries_and_the_balance_is_their_sum(ap
         " ORDER BY id",
     )
     assert [k for (k,) in kinds] == ["grant", "charge", "void"]
+
+
+def test_the_cli_sets_prices_grants_credit_and_shows_history_that_the_serving_appliance_honours(
+    app: Appliance,
+) -> None:
+    (key,) = add_user_keys(app.data_dir, "gus", 1)
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "clied", upstream)
+        done = cli(app.data_dir, "quota", "set", "clied", "--fee", "0.25", "--daily", "2", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["fee"] == 0.25
+        bad = cli(app.data_dir, "quota", "set", "clied", "--fee", "-Infinity")
+        assert bad.returncode == 2 and "fee" in bad.stderr
+        granted = cli(app.data_dir, "credits", "grant", "gus", "0.5", "--note", "welcome")
+        assert granted.returncode == 0, granted.stderr
+        # The server notices another process's commit in its next batch: this refused call's
+        # audit row is one. The next call then sees the grant and the CLI's price.
+        (first,) = _burst(app, [(key, 1)], "clied__nothing")
+        assert isinstance(first, MCPError) and first.code == -32602
+        results = _burst(app, [(key, 3)], tool)
+    finally:
+        upstream.close()
+    assert upstream.count == 2
+    assert [r.data["window"] for r in _quota_errors(results)] == ["daily"]
+    history = cli(app.data_dir, "calls", "--toolkit", "clied", "--json")
+    assert history.returncode == 0, history.stderr
+    calls = json.loads(history.stdout)["calls"]
+    assert sorted(c["outcome"] for c in calls) == ["ok", "ok", "quota"]
+    shown = cli(app.data_dir, "credits", "show", "gus", "--json")
+    assert json.loads(shown.stdout)["balance"] == 0

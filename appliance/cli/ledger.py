@@ -1,0 +1,184 @@
+"""Commands on spend and accounting: ``calls`` (history), ``credits`` (balances, grants, voids),
+``quota`` (a toolkit's fee and ceilings). They act as the local operator on the data directory;
+a serving appliance sees their changes within a second.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import orjson
+
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.models import Principal
+
+OPERATOR = Principal(user_id=0, name="cli", is_admin=True, key_prefix="cli")
+
+
+def _number(text: str, field: str) -> Any:
+    """A number as JSON reads it (so the API's strict rules apply, NaN refused and all)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        fail(f"{field} must be a number, not {text!r}", 2)
+    return value
+
+
+@main.command()
+@click.option("--toolkit", default=None, help="Calls of this toolkit.")
+@click.option("--project", default=None)
+@click.option("--user", default=None, help="Calls made by this user (any of their keys or agents).")
+@click.option("--agent", type=int, default=None, help="Calls made by this agent (id).")
+@click.option(
+    "--outcome", default=None, help="ok, upstream_error, is_error, blocked, rate_limited, quota, invalid"
+)
+@click.option("--tool", default=None, help="Exact tool name.")
+@click.option("--since", default=None, help="RFC 3339 time or unix seconds.")
+@click.option("--until", default=None, help="RFC 3339 time or unix seconds.")
+@click.option("--limit", type=click.IntRange(1, 500), default=50, show_default=True)
+@click.option("--cursor", default=None, help="next_cursor of a previous page.")
+@DATA_DIR
+@CONFIG
+@JSON_OUT
+def calls(
+    data_dir: str | None, config_file: str | None, as_json: bool, toolkit: str | None, **kw: Any
+) -> None:
+    """Call history, newest first (the audit log)."""
+    from appliance.gateway import ledgering
+
+    page = run(
+        settings_for(config_file, data_dir=data_dir),
+        lambda rt: ledgering.calls(rt, OPERATOR, toolkit_slug=toolkit, **kw),
+    )
+    if as_json:
+        emit(page)
+        return
+    if not page["calls"]:
+        click.echo("no calls", err=True)
+    for c in page["calls"]:
+        who = c["agent"] or c["user"] or c["key_prefix"]
+        took = f"{c['duration_ms']:>8.1f} ms"
+        click.echo(f"{c['at']}  {who:<16} {c['tool']:<40} {c['outcome']:<14} {took}  fee {c['fee']}")
+    if page["next_cursor"]:
+        click.echo(f"more: --cursor {page['next_cursor']}", err=True)
+
+
+@main.group()
+@DATA_DIR
+@CONFIG
+@click.pass_context
+def credits(ctx: click.Context, data_dir: str | None, config_file: str | None) -> None:
+    """Credit balances: show, grant, void a charge."""
+    ctx.obj = settings_for(config_file, data_dir=data_dir)
+
+
+@credits.command("show")
+@click.argument("user")
+@JSON_OUT
+@click.pass_obj
+def credits_show(settings: Any, user: str, as_json: bool) -> None:
+    """A user's balance and latest ledger entries."""
+    from appliance.gateway import ledgering
+
+    account = run(settings, lambda rt: ledgering.account(rt, user))
+    if as_json:
+        emit(account)
+        return
+    click.echo(f"{user}: {account['balance']} credits")
+    for e in account["entries"]:
+        click.echo(f"  #{e['id']:<6} {e['at']}  {e['kind']:<6} {e['amount']:>10}  {e['note']}")
+
+
+@credits.command("grant")
+@click.argument("user")
+@click.argument("amount")
+@click.option("--note", default="", help="Why (kept in the ledger).")
+@JSON_OUT
+@click.pass_obj
+def credits_grant(settings: Any, user: str, amount: str, note: str, as_json: bool) -> None:
+    """Grant AMOUNT credits to USER (negative: take back, never below 0)."""
+    from appliance.gateway import ledgering
+
+    value = _number(amount, "amount")
+    done = run(settings, lambda rt: ledgering.grant(rt, user, value, actor="cli", note=note))
+    emit(done) if as_json else click.echo(f"{user}: {done['balance']} credits (entry #{done['entry']})")
+
+
+@credits.command("void")
+@click.argument("entry", type=int)
+@click.option("--note", default="", help="Why (kept in the ledger).")
+@JSON_OUT
+@click.pass_obj
+def credits_void(settings: Any, entry: int, note: str, as_json: bool) -> None:
+    """Reverse charge ENTRY with a compensating entry (credit and quota use come back)."""
+    from appliance.gateway import ledgering
+
+    done = run(settings, lambda rt: ledgering.void(rt, entry, actor="cli", note=note))
+    emit(done) if as_json else click.echo(
+        f"charge #{entry} voided by entry #{done['void']} (+{done['amount']})"
+    )
+
+
+@main.group()
+@DATA_DIR
+@CONFIG
+@click.pass_context
+def quota(ctx: click.Context, data_dir: str | None, config_file: str | None) -> None:
+    """A toolkit's fee and daily/monthly ceilings."""
+    ctx.obj = settings_for(config_file, data_dir=data_dir)
+
+
+def _print_quota(q: dict[str, Any]) -> None:
+    click.echo(f"{q['project']}/{q['toolkit']}: fee {q['fee']} credits, ceilings in {q['unit']}")
+    for window in ("daily", "monthly"):
+        use = q[window]
+        limit = use["limit"] or "none"
+        click.echo(f"  {window:<8} {use['used']} of {limit}, resets {use['resets_at']}")
+
+
+@quota.command("show")
+@click.argument("toolkit")
+@click.option("--project", default=None)
+@JSON_OUT
+@click.pass_obj
+def quota_show(settings: Any, toolkit: str, project: str | None, as_json: bool) -> None:
+    """Fee, ceilings and the current UTC day's and month's use."""
+    from appliance.gateway import ledgering
+
+    q = run(settings, lambda rt: ledgering.quota(rt, toolkit, project))
+    emit(q) if as_json else _print_quota(q)
+
+
+@quota.command("set")
+@click.argument("toolkit")
+@click.option("--project", default=None)
+@click.option("--fee", default=None, help="Credits per non-owner call.")
+@click.option("--daily", default=None, help="Daily ceiling (0: none).")
+@click.option("--monthly", default=None, help="Monthly ceiling (0: none).")
+@click.option("--unit", type=click.Choice(["calls", "credits"]), default=None, help="What ceilings count.")
+@JSON_OUT
+@click.pass_obj
+def quota_set(
+    settings: Any,
+    toolkit: str,
+    project: str | None,
+    fee: str | None,
+    daily: str | None,
+    monthly: str | None,
+    unit: str | None,
+    as_json: bool,
+) -> None:
+    """Change a toolkit's fee, ceilings or unit; what is not given stays."""
+    from appliance.gateway import ledgering
+
+    doc: dict[str, Any] = {}
+    for key, raw in (("fee", fee), ("daily_limit", daily), ("monthly_limit", monthly)):
+        if raw is not None:
+            doc[key] = _number(raw, key)
+    if unit is not None:
+        doc["unit"] = unit
+    if not doc:
+        fail("nothing to change: give --fee, --daily, --monthly or --unit", 2)
+    q = run(settings, lambda rt: ledgering.set_quota(rt, toolkit, doc, project))
+    emit(q) if as_json else _print_quota(q)
