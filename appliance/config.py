@@ -72,6 +72,13 @@ def _non_negative(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return parse
 
 
+def _synchronous(raw: Any) -> str:
+    value = str(raw).strip().upper()
+    if value not in ("FULL", "NORMAL"):
+        raise ValueError("must be FULL or NORMAL")
+    return value
+
+
 def _default_data_dir() -> str:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "toolspoke")
@@ -337,6 +344,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Days an audit row (call history) is kept; older rows are pruned hourly. 0 keeps them "
         "forever. Ledger entries are never pruned: balances derive from them.",
     ),
+    Setting(
+        "db_synchronous",
+        "TOOLSPOKE_DB_SYNCHRONOUS",
+        "FULL",
+        _synchronous,
+        "SQLite `synchronous` for every write: FULL (each commit, charges and audit rows "
+        "included, is on disk before a call is answered: survives power loss) or NORMAL "
+        "(survives kill -9 and crashes of the process, but a power loss or OS crash may drop "
+        "the last commits; calls answer ~an fsync sooner).",
+    ),
     # -- end of spend and accounting -----------------------------------------------------
     Setting(
         "imports_per_hour",
@@ -405,6 +422,7 @@ class Settings:
     rate_limit_window_s: float
     browse_rate_limit: int
     audit_retention_days: float
+    db_synchronous: str
     demo: bool
     log_level: str
 

@@ -44,7 +44,7 @@ def loads(text: str | bytes | None) -> Any:
     return None if text is None else orjson.loads(text)
 
 
-def _connect(path: str, *, writer: bool) -> sqlean.Connection:
+def _connect(path: str, *, writer: bool, synchronous: str = "FULL") -> sqlean.Connection:
     conn = sqlean.connect(path, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlean.Row
     try:
@@ -65,7 +65,8 @@ def _connect(path: str, *, writer: bool) -> sqlean.Connection:
     if writer:
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a committed charge or audit row survives power loss, not just a crash.
-        conn.execute("PRAGMA synchronous = FULL")
+        # NORMAL (an operator's choice): still survives kill -9, not a power loss.
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
     else:
         conn.execute("PRAGMA query_only = ON")
     return conn
@@ -168,8 +169,11 @@ def _storage_error(exc: Exception) -> StorageError:
 class Database:
     """The appliance's SQLite database: ``async with db.write() as tx`` / ``db.read()``."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, synchronous: str = "FULL"):
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         self.path = path
+        self.synchronous = synchronous
         self._writer: aiosqlite.Connection | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
@@ -201,7 +205,7 @@ class Database:
             raise
 
     async def _open_one(self, path: str, *, writer: bool) -> aiosqlite.Connection:
-        conn = aiosqlite.Connection(lambda: _connect(path, writer=writer), 64)
+        conn = aiosqlite.Connection(lambda: _connect(path, writer=writer, synchronous=self.synchronous), 64)
         self._all.append(conn)
         return await conn
 

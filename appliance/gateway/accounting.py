@@ -1,10 +1,11 @@
 """Accounting on the one call path: rate limit, quota, balance, reserve; then charge or let go; audit.
 
-Two seams in ``gateway/calls.py`` and nothing else there:
+Three seams in ``gateway/calls.py`` and nothing else there:
 
 - ``@audited`` wraps ``call_tool``: the rate limit comes first (before even resolving the
   name), and every authenticated attempt, refused ones included, leaves exactly one audit
   row, acknowledged only once it is durable.
+- ``resolved(tool)`` names the tool for the audit row as soon as it is known.
 - ``spend(...)`` wraps the dispatch: after the tool is resolved and its input checked, and
   before the upstream is contacted, it checks the toolkit's ceilings and the caller's
   credit and reserves the fee (the book makes that atomic). Once the call returns, the fee
@@ -124,6 +125,7 @@ def audited(fn: CallFn) -> CallFn:
         except ApplianceError as exc:
             _classify(attempt, exc)
             await _acknowledge(_record(rt, attempt))
+            _timed(attempt)
             raise
         except BaseException:
             # Cancelled (the client went away) or a bug. Once sent, the upstream may have
@@ -135,9 +137,16 @@ def audited(fn: CallFn) -> CallFn:
         finally:
             _CURRENT.reset(token)
         await _acknowledge(_record(rt, attempt))
+        _timed(attempt)
         return result
 
     return wrapper
+
+
+def resolved(tool: Tool) -> None:
+    attempt = _CURRENT.get()
+    if attempt is not None:
+        attempt.tool = tool
 
 
 async def spend(
@@ -229,10 +238,15 @@ def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
     )
     kit = tool.toolkit if tool else ""
     telemetry.CALLS.labels(kit, tool.kind if tool else "unknown", attempt.outcome).inc()
-    telemetry.CALL_SECONDS.labels(kit).observe(duration)
     if attempt.upstream_s:
         telemetry.UPSTREAM_SECONDS.labels(kit).observe(attempt.upstream_s)
     return rt.book.record(row, attempt.reservation)
+
+
+def _timed(attempt: Attempt) -> None:
+    """The whole call as the gateway served it, the durable acknowledgement included."""
+    kit = attempt.tool.toolkit if attempt.tool else ""
+    telemetry.CALL_SECONDS.labels(kit).observe(time.perf_counter() - attempt.started)
 
 
 async def _acknowledge(durable: asyncio.Future[Any]) -> None:

@@ -89,6 +89,7 @@ async def call_tool(
 ) -> CallResult:
     """``on_progress`` and ``on_log`` receive an MCP upstream's progress and log messages."""
     tool = await resolve_tool(rt, principal, name, project=project)
+    accounting.resolved(tool)  # the audit row names the tool from here on
     if runner is not None:
         check_runner(tool, runner)
     validate_arguments(tool.input_schema, arguments)

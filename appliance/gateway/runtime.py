@@ -49,7 +49,7 @@ def prepare_data_dir(settings: Settings) -> bool:
 class Runtime:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.db = Database(settings.db_path)
+        self.db = Database(settings.db_path, synchronous=settings.db_synchronous)
         self.egress = Egress(settings)
         self.stdio_policy = StdioPolicy(
             workdir_root=Path(settings.data_dir) / "stdio",

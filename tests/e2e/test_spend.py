@@ -10,7 +10,9 @@ import asyncio
 import dataclasses
 import json
 import math
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,19 @@ from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 AGENTS = 30
+BROWSE_LIMIT = 150
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     data = tmp_path_factory.mktemp("spend") / "data"
-    env = {"TZ": "KIR-14", "TOOLSPOKE_RATE_LIMIT_WINDOW_S": "3600", "TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    env = {
+        "TZ": "KIR-14",
+        "TOOLSPOKE_RATE_LIMIT_WINDOW_S": "3600",
+        "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+        "TOOLSPOKE_UPSTREAM_TIMEOUT_S": "2",
+        "TOOLSPOKE_BROWSE_RATE_LIMIT": str(BROWSE_LIMIT),
+    }
     with running_appliance(data, env=env) as running:
         yield running
 
@@ -392,3 +401,117 @@ def test_the_cli_sets_prices_grants_credit_and_shows_history_that_the_serving_ap
     assert sorted(c["outcome"] for c in calls) == ["ok", "ok", "quota"]
     shown = cli(app.data_dir, "credits", "show", "gus", "--json")
     assert json.loads(shown.stdout)["balance"] == 0
+
+
+@pytest.mark.parametrize(
+    ("action", "arguments", "outcome", "reason", "charged", "reached"),
+    [
+        ("hit", {}, "ok", None, True, True),
+        ("fail", {}, "is_error", "upstream_http_error", True, True),  # a 5xx answer: the upstream acted
+        ("missing", {}, "is_error", "upstream_http_error", True, True),
+        ("big", {}, "upstream_error", "upstream_too_large", True, True),
+        ("slow", {}, "upstream_error", "upstream_timeout", True, True),
+        ("need", {}, "invalid", "arguments_invalid", False, False),
+        ("need", {"q": 5}, "invalid", "arguments_invalid", False, False),
+    ],
+    ids=["2xx", "5xx", "4xx", "too large", "timeout", "missing argument", "wrong type"],
+)
+def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_audited_once(
+    app: Appliance, keys: dict[str, list[str]], action: str, arguments: dict[str, Any], outcome: str,
+    reason: str | None, charged: bool, reached: bool,
+) -> None:  # fmt: skip
+    key = keys["cyd"][3]
+    upstream = MeteredUpstream()
+    slug = f"out-{action}-{len(str(arguments))}"
+    try:
+        install(app, slug, upstream)
+        before = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+
+        async def call() -> Any:
+            async with connect(as_key(app, key), mode="legacy") as client:  # 2025-11-25: isError results
+                return await client.call_tool(f"{slug}__{action}", arguments)
+
+        result = run(call())
+    finally:
+        upstream.close()
+    assert upstream.count == int(reached)
+    assert result.is_error == (outcome != "ok")
+    rows = query(
+        app.data_dir, "SELECT outcome, reason, fee_milli, tool FROM audit_log WHERE toolkit = ?", (slug,)
+    )
+    assert rows == [(outcome, reason, 1000 if charged else 0, f"{slug}__{action}")]
+    after = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+    assert before - after == (1 if charged else 0)
+
+
+def test_a_call_the_egress_guard_blocks_is_audited_as_blocked_and_costs_nothing(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream()
+    install(app, "guarded", upstream)
+    upstream.close()
+    # An import refuses such a URL; a stored row edited behind its back must still be stopped
+    # at call time (RELIABILITY SSRF-01): loopback, but not in ALLOWED_TOOL_CIDRS.
+    with closing(sqlite3.connect(app.data_dir / "toolspoke.db")) as db, db:
+        db.execute("UPDATE toolkits SET base_url = 'http://127.0.0.2:9' WHERE slug = 'guarded'")
+        db.execute(
+            "UPDATE tools SET binding = json_remove(binding, '$.base_url') WHERE toolkit_id ="
+            " (SELECT id FROM toolkits WHERE slug = 'guarded')"
+        )
+    before = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+    (result,) = _burst(app, [(keys["cyd"][4], 1)], "guarded__hit")
+    assert result.is_error
+    assert query(
+        app.data_dir, "SELECT outcome, reason, fee_milli FROM audit_log WHERE toolkit = 'guarded'"
+    ) == [("blocked", "ssrf_blocked", 0)]
+    assert admin(app, "GET", "/users/cyd/credits").json()["balance"] == before
+
+
+def test_a_call_sent_to_the_wrong_runner_is_invalid_uncharged_and_audited_under_the_tool_not_the_runner(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "runners", upstream)
+
+        async def call() -> Any:
+            async with connect(as_key(app, keys["cyd"][5])) as client:
+                wrong = await client.call_tool("run_tool", {"tool": tool, "input": {}})
+                right = await client.call_tool("use_tool", {"tool": tool, "input": {}})
+                return wrong, right
+
+        wrong, right = run(call())
+    finally:
+        upstream.close()
+    assert wrong.is_error and not right.is_error
+    assert upstream.count == 1
+    rows = query(
+        app.data_dir,
+        "SELECT tool, runner, outcome, fee_milli FROM audit_log WHERE toolkit = 'runners' ORDER BY id",
+    )
+    assert rows == [(tool, "run_tool", "invalid", 0), (tool, "use_tool", "ok", 1000)]
+
+
+def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    (key,) = add_user_keys(app.data_dir, "hal", 1)
+
+    async def scenario() -> tuple[int, MCPError, MCPError]:
+        async with connect(as_key(app, key)) as client:
+            served = 0
+            for _ in range(BROWSE_LIMIT):
+                await client.call_tool("list_toolkits", {})
+                served += 1
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("search_tools", {"query": "notes"})
+            with pytest.raises(MCPError) as after:  # tool calls: a separate bucket (no credit here)
+                await client.call_tool("demo__listNotes", {})
+            return served, refused.value, after.value
+
+    served, refused, after = run(scenario())
+    assert served == BROWSE_LIMIT
+    assert (refused.code, refused.data["scope"]) == (-32001, "browse")
+    assert refused.data["retry_after_s"] > 0
+    assert after.code == -32002 and after.data["window"] == "credit"  # not -32001
+    assert query(app.data_dir, "SELECT count(*) FROM audit_log WHERE key_prefix = ?", (key[:12],)) == [(1,)]

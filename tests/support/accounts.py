@@ -13,6 +13,7 @@ import json
 import secrets
 import sqlite3
 import threading
+from collections import Counter
 from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -52,11 +53,17 @@ def admin(app: Appliance, method: str, path: str, body: Any = None) -> httpx.Res
 
 
 class MeteredUpstream:
-    """``GET /hit``: 200 with the request's number, or 500 for every ``fail_every``-th one."""
+    """``GET /hit``: 200 with the request's number, or 500 for every ``fail_every``-th one.
+
+    Also ``/status/<n>`` (that status), ``/big`` (1 MiB), ``/slow`` (answers only once
+    ``release`` is set, or after 20 s), ``/need?q=`` (a required query parameter).
+    """
 
     def __init__(self, fail_every: int = 0) -> None:
         self.count = 0
         self.failed = 0
+        self.paths: Counter[str] = Counter()
+        self.release = threading.Event()
         self.lock = threading.Lock()
         outer = self
 
@@ -67,13 +74,22 @@ class MeteredUpstream:
                 pass
 
             def do_GET(self) -> None:
+                path = self.path.split("?")[0]
                 with outer.lock:
                     outer.count += 1
+                    outer.paths[path] += 1
                     n = outer.count
                     fail = bool(fail_every) and n % fail_every == 0
                     outer.failed += fail
+                status = 500 if fail else 200
                 body = json.dumps({"n": n}).encode()
-                self.send_response(500 if fail else 200)
+                if path.startswith("/status/"):
+                    status = int(path.rsplit("/", 1)[1])
+                elif path == "/big":
+                    body = b"x" * (1024 * 1024)
+                elif path == "/slow":
+                    outer.release.wait(20)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -97,11 +113,29 @@ class MeteredUpstream:
             "info": {"title": "meter", "version": "1"},
             "servers": [{"url": self.base_url}],
             "paths": {
-                "/hit": {"get": {"operationId": "hit", "responses": {"200": {"description": "counted"}}}}
+                "/hit": {"get": {"operationId": "hit", "responses": {"200": {"description": "counted"}}}},
+                "/status/500": {
+                    "get": {"operationId": "fail", "responses": {"500": {"description": "down"}}}
+                },
+                "/status/404": {
+                    "get": {"operationId": "missing", "responses": {"404": {"description": "no"}}}
+                },
+                "/big": {"get": {"operationId": "big", "responses": {"200": {"description": "1 MiB"}}}},
+                "/slow": {"get": {"operationId": "slow", "responses": {"200": {"description": "late"}}}},
+                "/need": {
+                    "get": {
+                        "operationId": "need",
+                        "parameters": [
+                            {"name": "q", "in": "query", "required": True, "schema": {"type": "string"}}
+                        ],
+                        "responses": {"200": {"description": "ok"}},
+                    }
+                },
             },
         }
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)

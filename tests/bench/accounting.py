@@ -1,0 +1,226 @@
+"""Spend and accounting: what it adds to a call, and calls/s through the full path.
+
+Run from the repo root: ``.venv/bin/python tests/bench/accounting.py [--calls N]``.
+
+1. **Accounting alone, in process** (real database, real book and limiter, no HTTP): per
+   call the rate limit, price, quota and credit check and the reservation ("decide"), then
+   the audit row and charge until durable ("acknowledge"), 1 caller and 50 concurrent ones.
+2. **The full path**: a real appliance, the official SDK client, a real HTTP upstream on
+   loopback (a threaded stdlib server: fast but not free), paid calls from non-owner keys to
+   a toolkit with a fee and a ceiling: rate → quota → reserve → upstream → charge → audit.
+   1 client calling in a loop, then 50 clients at once.
+
+Prints a table; not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from appliance.db import Database
+from appliance.db.migrate import default_migrations_dir
+from appliance.ledger import store
+from appliance.ledger.book import Book
+from appliance.ledger.ratelimit import RateLimiter
+from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install
+from tests.support.clients import connect
+from tests.support.servers import Appliance, running_appliance
+
+UPSTREAM = """
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        body = b'{"n": 1}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the default backlog of 5 drops SYNs under 50 clients (1 s retries)
+
+Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+class Upstream(MeteredUpstream):
+    """The metered upstream's /hit in another process, so the bench's own clients do not
+    share a GIL with it."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.port)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def pct(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000
+
+
+async def accounting_alone(calls: int, workers: int, synchronous: str) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Database(Path(tmp) / "b.db", synchronous=synchronous)
+        await db.open(default_migrations_dir())
+        async with db.write() as tx:
+            await tx.run("INSERT INTO toolkits (project_id, slug, source_kind) VALUES (1, 'kit', 'openapi')")
+            await tx.run("INSERT INTO users (name) VALUES ('payer')")
+        book = Book(db, default_fee=1000)
+        limiter = RateLimiter(10**9, 60.0)
+        await book.admin(lambda r: store.upsert_price(r, 0.0, 1, 1000, 10**9, 0, "calls"))
+        await book.admin(lambda r: store.insert_grant(r, 0.0, 1, 10**12, "bench", ""))
+        decide: list[float] = []
+        ack: list[float] = []
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                t0 = time.perf_counter()
+                limiter.take("key:bench")
+                await book.price(1, toolkit="kit")
+                res = await book.reserve(1, 1, toolkit="kit")
+                t1 = time.perf_counter()
+                row = store.AuditRow(time.time(), 1, "payer", None, None, "tsk_bench", 1, "kit", "default",
+                                     "kit__a", None, "ok", None, 1.0, 10, 0, False)  # fmt: skip
+                await book.record(row, res)
+                t2 = time.perf_counter()
+                decide.append(t1 - t0)
+                ack.append(t2 - t1)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(calls // workers) for _ in range(workers)))
+        elapsed = time.perf_counter() - started
+        await book.aclose()
+        await db.close()
+    return {
+        "calls/s": len(ack) / elapsed,
+        "decide p50 ms": pct(decide, 0.5),
+        "ack p50 ms": pct(ack, 0.5),
+        "ack p95 ms": pct(ack, 0.95),
+    }
+
+
+async def full_path(app: Appliance, keys: list[str], tool: str, calls: int, clients: int) -> dict[str, float]:
+    latencies: list[float] = []
+    errors = 0
+
+    async def client(key: str, n: int) -> None:
+        nonlocal errors
+        async with connect(dataclasses.replace(app, key=key)) as c:
+            # The SDK re-lists tools after each call to a tool tools/list does not show (the
+            # bridge lists only itself); seed its cache so a call is one round trip, as in
+            # mcp_overhead.py. Private on purpose.
+            c.session._tool_output_schemas[tool] = None
+            await c.call_tool(tool, {})  # warm: the session
+            for _ in range(n):
+                t0 = time.perf_counter()
+                result = await c.call_tool(tool, {})
+                latencies.append(time.perf_counter() - t0)
+                errors += bool(result.is_error)
+
+    per = max(1, calls // clients)
+    before = server_times(app)
+    started = time.perf_counter()
+    await asyncio.gather(*(client(keys[i % len(keys)], per) for i in range(clients)))
+    elapsed = time.perf_counter() - started
+    after = server_times(app)
+    n = after["count"] - before["count"]
+    return {
+        "calls/s": len(latencies) / elapsed,
+        "p50 ms": pct(latencies, 0.5),
+        "p95 ms": pct(latencies, 0.95),
+        "errors": errors,
+        # inside the server: the whole call (accounting included) and the upstream's part
+        "server mean ms": (after["call"] - before["call"]) / n * 1000,
+        "upstream mean ms": (after["upstream"] - before["upstream"]) / n * 1000,
+    }
+
+
+def server_times(app: Appliance) -> dict[str, float]:
+    """Sums of the server's own call and upstream histograms for the meter toolkit."""
+    text = httpx.get(app.base_url + "/metrics", timeout=30).text
+    out = {"count": 0.0, "call": 0.0, "upstream": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("toolkit") != "meter":
+                continue
+            if sample.name == "toolspoke_tool_call_seconds_count":
+                out["count"] = sample.value
+            elif sample.name == "toolspoke_tool_call_seconds_sum":
+                out["call"] = sample.value
+            elif sample.name == "toolspoke_upstream_seconds_sum":
+                out["upstream"] = sample.value
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=1000)
+    args = parser.parse_args()
+    print("accounting alone (in process: limit, price, quota, credit, reserve = decide; audit + charge")
+    print("group-committed until durable = ack):")
+    for synchronous in ("FULL", "NORMAL"):
+        for workers in (1, 50):
+            figures = asyncio.run(accounting_alone(args.calls, workers, synchronous))
+            shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
+            print(f"  synchronous={synchronous:<6} {workers:>3} callers: {shown}")
+    upstream = Upstream()
+    env = {
+        "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+        "TOOLSPOKE_RATE_LIMIT": "1000000",
+        "TOOLSPOKE_LOG_LEVEL": "WARNING",
+    }
+    print("full path (SDK client → appliance → HTTP upstream in its own process; paid non-owner calls):")
+    try:
+        for synchronous in ("FULL", "NORMAL"):
+            env["TOOLSPOKE_DB_SYNCHRONOUS"] = synchronous
+            with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp) / "data", env=env) as app:
+                keys = add_user_keys(app.data_dir, "bench", 50)
+                admin(app, "POST", "/users/bench/credits", {"amount": 10**9})
+                tool = install(app, "meter", upstream, fee=1, daily_limit=10**9)  # type: ignore[arg-type]
+                for clients in (1, 50):
+                    figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients))
+                    shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
+                    print(f"  synchronous={synchronous:<6} {clients:>3} clients: {shown}")
+    finally:
+        upstream.close()
+
+
+if __name__ == "__main__":
+    main()
