@@ -25,6 +25,7 @@ from sanic.response import HTTPResponse
 from appliance.errors import ApplianceError, Forbidden, InvalidParams
 from appliance.gateway import ledgering
 from appliance.models import Principal
+from appliance.web.admin import body as json_object
 from appliance.web.admin import error_response
 from appliance.web.guards import authenticate, check_host, check_origin, require_admin
 
@@ -39,15 +40,7 @@ async def _caller(request: Request, *, admin: bool) -> Principal:
 
 
 def _body(request: Request) -> dict[str, Any]:
-    if not request.body:
-        return {}
-    try:
-        doc = request.json
-    except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
-        raise InvalidParams("request body is not valid JSON", field="body") from None
-    if not isinstance(doc, dict):
-        raise InvalidParams("request body must be a JSON object", field="body")
-    return doc
+    return json_object(request) if request.body else {}
 
 
 async def _answer(work: Callable[[], Awaitable[dict[str, Any]]], status: int = 200) -> HTTPResponse:
@@ -146,14 +139,13 @@ async def _history(request: Request, **scope: Any) -> HTTPResponse:
     return await _answer(work)
 
 
-@bp.get("/toolsets/<slug>/calls")
-async def toolset_calls(request: Request, slug: str) -> HTTPResponse:
-    return await _history(request, toolkit_slug=slug)
-
-
-@bp.get("/toolkits/<slug>/calls")
 async def toolkit_calls(request: Request, slug: str) -> HTTPResponse:
     return await _history(request, toolkit_slug=slug)
+
+
+# The name (toolsets) and the house's (toolkits) for the same history.
+bp.add_route(toolkit_calls, "/toolsets/<slug>/calls", methods=["GET"], name="toolset_calls")
+bp.add_route(toolkit_calls, "/toolkits/<slug>/calls", methods=["GET"], name="toolkit_calls")
 
 
 @bp.get("/users/<name>/calls")

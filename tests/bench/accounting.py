@@ -41,26 +41,11 @@ from tests.support.clients import connect
 from tests.support.servers import Appliance, running_appliance
 
 UPSTREAM = """
-import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *args):
-        pass
-    def do_GET(self):
-        body = b'{"n": 1}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 1024  # the default backlog of 5 drops SYNs under 50 clients (1 s retries)
-
-Server(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+import sys, threading
+sys.path.insert(0, sys.argv[2])
+from tests.support.accounts import MeteredUpstream
+upstream = MeteredUpstream(port=int(sys.argv[1]))
+threading.Event().wait()
 """
 
 
@@ -72,7 +57,8 @@ class Upstream(MeteredUpstream):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.port)])
+        repo = str(Path(__file__).resolve().parents[2])
+        self.proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.port), repo])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:

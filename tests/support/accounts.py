@@ -59,7 +59,7 @@ class MeteredUpstream:
     ``release`` is set, or after 20 s), ``/need?q=`` (a required query parameter).
     """
 
-    def __init__(self, fail_every: int = 0) -> None:
+    def __init__(self, fail_every: int = 0, port: int = 0) -> None:
         self.count = 0
         self.failed = 0
         self.paths: Counter[str] = Counter()
@@ -99,7 +99,7 @@ class MeteredUpstream:
             daemon_threads = True
             request_queue_size = 512  # hundreds of calls connect at once
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
