@@ -515,3 +515,28 @@ def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
     assert refused.data["retry_after_s"] > 0
     assert after.code == -32002 and after.data["window"] == "credit"  # not -32001
     assert query(app.data_dir, "SELECT count(*) FROM audit_log WHERE key_prefix = ?", (key[:12],)) == [(1,)]
+
+
+def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(tmp_path: Path) -> None:
+    env = {"TZ": "MAR+9:30", "TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    upstream = MeteredUpstream()
+    started = datetime.now(UTC)
+    try:
+        with running_appliance(tmp_path / "data", env=env) as app:
+            (key,) = add_user_keys(app.data_dir, "ida", 1)
+            assert admin(app, "POST", "/users/ida/credits", {"amount": 10}).status_code == 201
+            tool = install(app, "west", upstream, daily_limit=1)
+            first, second = _burst(app, [(key, 1), (key, 1)], tool)
+            quota = admin(app, "GET", "/toolkits/west/quota").json()
+    finally:
+        upstream.close()
+    refused = _quota_errors([first, second])
+    assert len(refused) == 1 and upstream.count == 1
+    # The next UTC midnight and first of the month (either side of a boundary the test may cross).
+    moments = (started, datetime.now(UTC))
+    assert refused[0].data["resets_at"] in {
+        (m + timedelta(days=1)).strftime("%Y-%m-%dT00:00:00Z") for m in moments
+    }
+    assert quota["daily"]["resets_at"] == refused[0].data["resets_at"]
+    firsts = {(m.replace(day=28) + timedelta(days=4)).strftime("%Y-%m-01T00:00:00Z") for m in moments}
+    assert quota["monthly"]["resets_at"] in firsts

@@ -142,9 +142,12 @@ class MeteredUpstream:
 
 
 def install(app: Appliance, slug: str, upstream: MeteredUpstream, **quota: Any) -> str:
-    """Import the metered upstream as toolkit ``slug`` and set its quota; its tool's name."""
+    """Import the metered upstream as toolkit ``slug`` (published) and set its quota; its tool's name."""
     r = admin(app, "POST", "/toolkits/openapi", {"slug": slug, "spec": upstream.spec()})
     assert r.status_code == 201, r.text
+    # Other users may call it only once it is published (where toolkits have access rules).
+    r = admin(app, "PATCH", f"/toolkits/{slug}/access", {"visibility": "published"})
+    assert r.status_code in (200, 404, 405), r.text
     if quota:
         r = admin(app, "PUT", f"/toolkits/{slug}/quota", quota)
         assert r.status_code == 200, r.text
