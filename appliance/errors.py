@@ -18,10 +18,10 @@
     ├── NotFound                        404  -32602  not_found        (toolkits, projects)
     ├── Conflict                        409  -32602  conflict
     ├── ImportFailed                    422  -32602  import_failed    (bad spec; nothing stored)
+    ├── QuotaExhausted                  429  -32002  quota_exhausted  (window, limit, used, resets_at)
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
-    ├── QuotaExhausted                  429  -32002  quota_exhausted  (window, limit, used, resets_at)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
                  upstream_unavailable, upstream_redirect, ssrf_blocked, no_upstream
