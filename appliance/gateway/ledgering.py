@@ -6,6 +6,7 @@ the same transaction; reads go straight to the database.
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import datetime
 from typing import Any
@@ -21,6 +22,25 @@ from appliance.ledger.book import Tally
 from appliance.models import Principal, Toolkit
 
 QUOTA_FIELDS = ("fee", "daily_limit", "monthly_limit", "unit")
+MAX_ID = 2**63 - 1
+
+
+def _id(value: Any, field: str) -> int:
+    """A row id as SQLite can hold it; anything else is absent, never an overflow."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ID:
+        raise NotFound(f"no {field} {value!r}", field=field)
+    return value
+
+
+def _text(value: Any, field: str, *, limit: int = 500) -> str:
+    """Text SQLite can store: a string, not too long, no lone surrogates."""
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidParams(f"'{field}' must be text of at most {limit} characters", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidParams(f"'{field}' is not valid Unicode text", field=field) from None
+    return value
 
 
 async def toolkit(rt: Runtime, slug: str, project: str | None = None) -> Toolkit:
@@ -38,11 +58,15 @@ async def toolkit(rt: Runtime, slug: str, project: str | None = None) -> Toolkit
     return kits[0]
 
 
-async def user_id(rt: Runtime, name: str) -> int:
+async def user_id(rt: Runtime, user: str | int) -> int:
+    """A user by id (the API) or by name (the CLI)."""
     async with rt.db.read() as conn:
-        row = await conn.one("SELECT id FROM users WHERE name = ?", (name,))
+        if isinstance(user, int):
+            row = await conn.one("SELECT id FROM users WHERE id = ?", (_id(user, "user"),))
+        else:
+            row = await conn.one("SELECT id FROM users WHERE name = ?", (_text(user, "user"),))
     if row is None:
-        raise NotFound(f"no user named {name!r}", field="user")
+        raise NotFound(f"no user {user!r}", field="user")
     return int(row["id"])
 
 
@@ -110,21 +134,20 @@ async def set_quota(
     return await quota(rt, slug, kit.project)
 
 
-async def grant(rt: Runtime, name: str, amount: Any, *, actor: str, note: str = "") -> dict[str, Any]:
+async def grant(rt: Runtime, user: str | int, amount: Any, *, actor: str, note: Any = "") -> dict[str, Any]:
     """An admin's grant of credit (negative: taken back, never below what is available)."""
     milli = parse_credits(amount, "amount", allow_negative=True)
     if milli == 0:
         raise InvalidParams("'amount' must not be 0", field="amount")
-    if not isinstance(note, str) or len(note) > 500:
-        raise InvalidParams("'note' must be text of at most 500 characters", field="note")
-    uid = await user_id(rt, name)
+    note = _text(note, "note")
+    uid = await user_id(rt, user)
     held = rt.book.balances[uid].held_milli if uid in rt.book.balances else 0
 
     def work(r: Any) -> dict[str, Any]:
         current = ledger.balance(r, uid)
         if current + milli - held < 0:
             raise InvalidParams(
-                f"taking back {credits(-milli)} would leave {name!r} below 0 "
+                f"taking back {credits(-milli)} would leave user {user!r} below 0 "
                 f"(available: {credits(max(current - held, 0))})",
                 field="amount",
             )
@@ -133,27 +156,27 @@ async def grant(rt: Runtime, name: str, amount: Any, *, actor: str, note: str = 
 
     done = await rt.book.admin(work)
     return {
-        "user": name,
+        "user_id": uid,
         "entry": done["entry"],
         "amount": credits(milli),
         "balance": credits(done["balance"]),
     }
 
 
-async def void(rt: Runtime, entry_id: int, *, actor: str, note: str = "") -> dict[str, Any]:
+async def void(rt: Runtime, entry_id: int, *, actor: str, note: Any = "") -> dict[str, Any]:
     """Reverse one charge with a compensating entry: credit back, quota use back."""
-    if isinstance(entry_id, bool) or not isinstance(entry_id, int) or entry_id <= 0:
-        raise InvalidParams("'entry' must be a ledger entry id", field="entry")
+    entry_id = _id(entry_id, "entry")
+    note = _text(note, "note")
     done = await rt.book.admin(lambda r: ledger.insert_void(r, time.time(), entry_id, actor, note))
     return {"void": done["id"], "charge": entry_id, "amount": credits(done["amount_milli"])}
 
 
-async def account(rt: Runtime, name: str) -> dict[str, Any]:
-    uid = await user_id(rt, name)
+async def account(rt: Runtime, user: str | int) -> dict[str, Any]:
+    uid = await user_id(rt, user)
     async with rt.db.read() as conn:
         total = await history.balance(conn, uid)
         recent = await history.entries(conn, uid)
-    return {"user": name, "balance": credits(total), "entries": recent}
+    return {"user_id": uid, "balance": credits(total), "entries": recent}
 
 
 def parse_time(raw: str | None, field: str) -> float | None:
@@ -161,11 +184,15 @@ def parse_time(raw: str | None, field: str) -> float | None:
     if raw is None or raw == "":
         return None
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(value):
+            raise InvalidParams(f"'{field}' must be a finite time", field=field)
+        return value
     try:
-        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(_text(raw, field, limit=64).replace("Z", "+00:00"))
     except ValueError:
         raise InvalidParams(f"'{field}' must be an RFC 3339 time or unix seconds", field=field) from None
     if moment.tzinfo is None:
@@ -179,7 +206,7 @@ async def calls(
     *,
     toolkit_slug: str | None = None,
     project: str | None = None,
-    user: str | None = None,
+    user: str | int | None = None,
     agent: int | None = None,
     since: str | None = None,
     until: str | None = None,
@@ -190,7 +217,10 @@ async def calls(
 ) -> dict[str, Any]:
     """A page of call history: owners see their toolkits and themselves, admins everything."""
     f = history.CallFilter(
-        since=parse_time(since, "since"), until=parse_time(until, "until"), outcome=outcome, tool=tool
+        since=parse_time(since, "since"),
+        until=parse_time(until, "until"),
+        outcome=None if outcome is None else _text(outcome, "outcome"),
+        tool=None if tool is None else _text(tool, "tool"),
     )
     if toolkit_slug is not None:
         kit = await viewable_toolkit(rt, viewer, toolkit_slug, project)
@@ -201,6 +231,7 @@ async def calls(
             raise Forbidden("only an admin or the user may see a user's calls")
         f = history.CallFilter(**{**f.__dict__, "user_id": uid})
     if agent is not None:
+        agent = _id(agent, "agent")
         if not (viewer.is_admin or await _agent_of(rt, agent) == viewer.user_id):
             raise Forbidden("only an admin or the agent's user may see its calls")
         f = history.CallFilter(**{**f.__dict__, "agent_id": agent})

@@ -4,11 +4,11 @@
   UTC day's and month's use (owners of the toolkit and admins)
 - ``PUT  /api/v1/toolkits/<slug>/quota[?project=P]``: body with any of ``fee`` (credits),
   ``daily_limit``, ``monthly_limit`` (calls or credits, 0: none), ``unit`` (admin)
-- ``GET  /api/v1/users/<name>/credits``: balance and recent entries (admin, or that user)
-- ``POST /api/v1/users/<name>/credits``: body ``{"amount", "note"?}`` (admin)
-- ``POST /api/v1/ledger/<id>/void``: reverse one charge, body ``{"note"?}`` (admin)
-- ``GET  /api/v1/toolsets/<slug>/calls`` (also ``/toolkits/<slug>/calls``), ``/users/<name>/calls``,
-  ``/agents/<id>/calls``: call history, newest first; query ``since``, ``until`` (RFC 3339 or
+- ``GET  /api/v1/users/<user_id>/credits``: balance and recent entries (admin, or that user)
+- ``POST /api/v1/users/<user_id>/credits``: body ``{"amount", "note"?}`` (admin)
+- ``POST /api/v1/ledger/<entry_id>/void``: reverse one charge, body ``{"note"?}`` (admin)
+- ``GET  /api/v1/toolsets/<slug>/calls`` (also ``/toolkits/<slug>/calls``), ``/users/<user_id>/calls``,
+  ``/agents/<agent_id>/calls``: call history, newest first; query ``since``, ``until`` (RFC 3339 or
   unix seconds), ``outcome``, ``tool``, ``limit`` (≤ 500), ``cursor`` (from ``next_cursor``)
 
 Errors are JSON ``{"error": {reason, message, field}}`` like the rest of ``/api/v1``.
@@ -72,40 +72,37 @@ async def put_quota(request: Request, slug: str) -> HTTPResponse:
     return await _answer(work)
 
 
-@bp.get("/users/<name>/credits")
-async def get_credits(request: Request, name: str) -> HTTPResponse:
+@bp.get("/users/<user_id:int>/credits")
+async def get_credits(request: Request, user_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
         viewer = await _caller(request, admin=False)
-        rt = request.app.ctx.rt
-        if not viewer.is_admin and viewer.user_id != await ledgering.user_id(rt, name):
+        if not viewer.is_admin and viewer.user_id != user_id:
             raise Forbidden("only an admin or the user may see a user's credit")
-        return await ledgering.account(rt, name)
+        return await ledgering.account(request.app.ctx.rt, user_id)
 
     return await _answer(work)
 
 
-@bp.post("/users/<name>/credits")
-async def post_credits(request: Request, name: str) -> HTTPResponse:
+@bp.post("/users/<user_id:int>/credits")
+async def post_credits(request: Request, user_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
         admin = await _caller(request, admin=True)
         doc = _body(request)
         if "amount" not in doc:
             raise InvalidParams("'amount' (credits) is required", field="amount")
         return await ledgering.grant(
-            request.app.ctx.rt, name, doc["amount"], actor=admin.key_prefix, note=doc.get("note", "")
+            request.app.ctx.rt, user_id, doc["amount"], actor=admin.key_prefix, note=doc.get("note", "")
         )
 
     return await _answer(work, 201)
 
 
-@bp.post("/ledger/<entry:int>/void")
-async def post_void(request: Request, entry: int) -> HTTPResponse:
+@bp.post("/ledger/<entry_id:int>/void")
+async def post_void(request: Request, entry_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
         admin = await _caller(request, admin=True)
         note = _body(request).get("note", "")
-        if not isinstance(note, str):
-            raise InvalidParams("'note' must be text", field="note")
-        return await ledgering.void(request.app.ctx.rt, entry, actor=admin.key_prefix, note=note)
+        return await ledgering.void(request.app.ctx.rt, entry_id, actor=admin.key_prefix, note=note)
 
     return await _answer(work, 201)
 
@@ -148,11 +145,11 @@ bp.add_route(toolkit_calls, "/toolsets/<slug>/calls", methods=["GET"], name="too
 bp.add_route(toolkit_calls, "/toolkits/<slug>/calls", methods=["GET"], name="toolkit_calls")
 
 
-@bp.get("/users/<name>/calls")
-async def user_calls(request: Request, name: str) -> HTTPResponse:
-    return await _history(request, user=name)
+@bp.get("/users/<user_id:int>/calls")
+async def user_calls(request: Request, user_id: int) -> HTTPResponse:
+    return await _history(request, user=user_id)
 
 
-@bp.get("/agents/<agent:int>/calls")
-async def agent_calls(request: Request, agent: int) -> HTTPResponse:
-    return await _history(request, agent=agent)
+@bp.get("/agents/<agent_id:int>/calls")
+async def agent_calls(request: Request, agent_id: int) -> HTTPResponse:
+    return await _history(request, agent=agent_id)

@@ -36,7 +36,7 @@ from appliance.db.migrate import default_migrations_dir
 from appliance.ledger import store
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
-from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install
+from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install
 from tests.support.clients import connect
 from tests.support.servers import Appliance, running_appliance
 
@@ -198,7 +198,7 @@ def main() -> None:
             env["TOOLSPOKE_DB_SYNCHRONOUS"] = synchronous
             with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp) / "data", env=env) as app:
                 keys = add_user_keys(app.data_dir, "bench", 50)
-                admin(app, "POST", "/users/bench/credits", {"amount": 10**9})
+                admin(app, "POST", credits_path(app, "bench"), {"amount": 10**9})
                 tool = install(app, "meter", upstream, fee=1, daily_limit=10**9)  # type: ignore[arg-type]
                 for clients in (1, 50):
                     figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients))

@@ -21,7 +21,15 @@ import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install, query
+from tests.support.accounts import (
+    MeteredUpstream,
+    add_user_keys,
+    admin,
+    credits_path,
+    install,
+    query,
+    user_id,
+)
 from tests.support.clients import connect
 from tests.support.servers import Appliance, cli, running_appliance
 
@@ -50,7 +58,7 @@ def keys(app: Appliance) -> dict[str, list[str]]:
     made = {}
     for user in ("ann", "bob", "cyd"):
         made[user] = add_user_keys(app.data_dir, user, AGENTS // 3)
-        r = admin(app, "POST", f"/users/{user}/credits", {"amount": 1000, "note": "test"})
+        r = admin(app, "POST", credits_path(app, user), {"amount": 1000, "note": "test"})
         assert r.status_code == 201, r.text
     return made
 
@@ -331,7 +339,7 @@ def test_call_history_pages_by_cursor_newest_first_and_filters_by_outcome(
     bad = admin(app, "GET", "/toolsets/paged/calls?cursor=zzz")
     assert (bad.status_code, bad.json()["error"]["field"]) == (422, "cursor")
     mine = httpx.get(
-        app.base_url + "/api/v1/users/ann/calls?limit=500",
+        app.base_url + f"/api/v1/users/{user_id(app.data_dir, 'ann')}/calls?limit=500",
         headers={"Authorization": f"Bearer {keys['ann'][1]}"},
         timeout=30,
     )
@@ -346,7 +354,7 @@ def test_call_history_pages_by_cursor_newest_first_and_filters_by_outcome(
 
 def test_credit_grants_and_voids_are_new_entries_and_the_balance_is_their_sum(app: Appliance) -> None:
     (key,) = add_user_keys(app.data_dir, "fay", 1)
-    assert admin(app, "POST", "/users/fay/credits", {"amount": 2.5}).json()["balance"] == 2.5
+    assert admin(app, "POST", credits_path(app, "fay"), {"amount": 2.5}).json()["balance"] == 2.5
     upstream = MeteredUpstream()
     try:
         tool = install(app, "billed", upstream, fee=1.5)
@@ -354,15 +362,15 @@ def test_credit_grants_and_voids_are_new_entries_and_the_balance_is_their_sum(ap
     finally:
         upstream.close()
     assert not result.is_error
-    account = admin(app, "GET", "/users/fay/credits").json()
+    account = admin(app, "GET", credits_path(app, "fay")).json()
     assert account["balance"] == 1
     charge = next(e for e in account["entries"] if e["kind"] == "charge")
     assert charge["amount"] == -1.5
     assert admin(app, "POST", f"/ledger/{charge['id']}/void", {"note": "refund"}).status_code == 201
     again = admin(app, "POST", f"/ledger/{charge['id']}/void", {})
     assert again.status_code == 409
-    assert admin(app, "GET", "/users/fay/credits").json()["balance"] == 2.5
-    too_much = admin(app, "POST", "/users/fay/credits", {"amount": -3})
+    assert admin(app, "GET", credits_path(app, "fay")).json()["balance"] == 2.5
+    too_much = admin(app, "POST", credits_path(app, "fay"), {"amount": -3})
     assert (too_much.status_code, too_much.json()["error"]["field"]) == (422, "amount")
     kinds = query(
         app.data_dir,
@@ -425,7 +433,7 @@ def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_aud
     slug = f"out-{action}-{len(str(arguments))}"
     try:
         install(app, slug, upstream)
-        before = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+        before = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
 
         async def call() -> Any:
             async with connect(as_key(app, key), mode="legacy") as client:  # 2025-11-25: isError results
@@ -440,7 +448,7 @@ def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_aud
         app.data_dir, "SELECT outcome, reason, fee_milli, tool FROM audit_log WHERE toolkit = ?", (slug,)
     )
     assert rows == [(outcome, reason, 1000 if charged else 0, f"{slug}__{action}")]
-    after = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+    after = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
     assert before - after == (1 if charged else 0)
 
 
@@ -458,13 +466,13 @@ def test_a_call_the_egress_guard_blocks_is_audited_as_blocked_and_costs_nothing(
             "UPDATE tools SET binding = json_remove(binding, '$.base_url') WHERE toolkit_id ="
             " (SELECT id FROM toolkits WHERE slug = 'guarded')"
         )
-    before = admin(app, "GET", "/users/cyd/credits").json()["balance"]
+    before = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
     (result,) = _burst(app, [(keys["cyd"][4], 1)], "guarded__hit")
     assert result.is_error
     assert query(
         app.data_dir, "SELECT outcome, reason, fee_milli FROM audit_log WHERE toolkit = 'guarded'"
     ) == [("blocked", "ssrf_blocked", 0)]
-    assert admin(app, "GET", "/users/cyd/credits").json()["balance"] == before
+    assert admin(app, "GET", credits_path(app, "cyd")).json()["balance"] == before
 
 
 def test_a_call_sent_to_the_wrong_runner_is_invalid_uncharged_and_audited_under_the_tool_not_the_runner(
@@ -524,7 +532,7 @@ def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(t
     try:
         with running_appliance(tmp_path / "data", env=env) as app:
             (key,) = add_user_keys(app.data_dir, "ida", 1)
-            assert admin(app, "POST", "/users/ida/credits", {"amount": 10}).status_code == 201
+            assert admin(app, "POST", credits_path(app, "ida"), {"amount": 10}).status_code == 201
             tool = install(app, "west", upstream, daily_limit=1)
             first, second = _burst(app, [(key, 1), (key, 1)], tool)
             quota = admin(app, "GET", "/toolkits/west/quota").json()
@@ -540,3 +548,35 @@ def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(t
     assert quota["daily"]["resets_at"] == refused[0].data["resets_at"]
     firsts = {(m.replace(day=28) + timedelta(days=4)).strftime("%Y-%m-01T00:00:00Z") for m in moments}
     assert quota["monthly"]["resets_at"] in firsts
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status"),
+    [
+        ("POST", "/ledger/9223372036854775808/void", "{}", 404),
+        ("POST", "/ledger/99999/void", "{}", 404),
+        ("GET", "/agents/9223372036854775808/calls", None, 404),
+        ("GET", "/users/9223372036854775808/credits", None, 404),
+        ("POST", "/users/1/credits", '{"amount": 1, "note": "\\ud800"}', 422),
+        ("POST", "/users/1/credits", '{"amount": 1, "note": 5}', 422),
+        ("POST", "/users/1/credits", '{"note": "no amount"}', 422),
+        ("GET", "/toolsets/demo/calls?since=nan", None, 422),
+        ("GET", "/toolsets/demo/calls?until=2026-01-01T00:00:00", None, 422),
+        ("GET", "/toolsets/demo/calls?limit=0", None, 422),
+        ("GET", "/toolsets/demo/calls?outcome=maybe", None, 422),
+        ("GET", "/toolsets/nosuch/calls", None, 404),
+    ],
+)
+def test_hostile_ledger_requests_get_a_clear_error_and_never_a_server_error(
+    app: Appliance, method: str, path: str, body: str | None, status: int
+) -> None:
+    r = httpx.request(
+        method,
+        app.base_url + "/api/v1" + path,
+        content=body,
+        headers={"Authorization": f"Bearer {app.key}", "Content-Type": "application/json"},
+        timeout=30,
+    )
+    assert r.status_code == status, r.text
+    assert set(r.json()["error"]) >= {"reason", "message"}
+    assert "Traceback" not in r.text

@@ -17,7 +17,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.accounts import MeteredUpstream, add_user_keys, admin, install, query
+from tests.support.accounts import (
+    MeteredUpstream,
+    add_user_keys,
+    admin,
+    credits_path,
+    install,
+    query,
+)
 from tests.support.servers import Appliance, running_appliance
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +79,7 @@ def test_kill_9_during_load_loses_no_acknowledged_charge_or_audit_row_and_the_da
     try:
         with running_appliance(data, env=env) as app:
             keys = add_user_keys(data, "load", 10)
-            assert admin(app, "POST", "/users/load/credits", {"amount": 100000}).status_code == 201
+            assert admin(app, "POST", credits_path(app, "load"), {"amount": 100000}).status_code == 201
             tool = install(app, "meter", upstream, fee=1)
             _load_until_killed(app, keys, tool, seeded.randint(50, 250), acked)
         first = sum(acked.values())

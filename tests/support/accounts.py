@@ -37,6 +37,14 @@ def add_user_keys(data_dir: Path, user: str, keys: int) -> list[str]:
     return made
 
 
+def user_id(data_dir: Path, name: str) -> int:
+    return int(query(data_dir, "SELECT id FROM users WHERE name = ?", (name,))[0][0])
+
+
+def credits_path(app: Appliance, name: str) -> str:
+    return f"/users/{user_id(app.data_dir, name)}/credits"
+
+
 def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db:
         return list(db.execute(sql, params).fetchall())
