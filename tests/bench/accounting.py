@@ -189,6 +189,7 @@ def main() -> None:
     upstream = Upstream()
     env = {
         "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+        "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
         "TOOLSPOKE_RATE_LIMIT": "1000000",
         "TOOLSPOKE_LOG_LEVEL": "WARNING",
     }

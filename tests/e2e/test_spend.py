@@ -45,6 +45,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
         "TZ": "KIR-14",
         "TOOLSPOKE_RATE_LIMIT_WINDOW_S": "3600",
         "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+        "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S": "2",
         "TOOLSPOKE_BROWSE_RATE_LIMIT": str(BROWSE_LIMIT),
     }
@@ -526,7 +527,7 @@ def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
 
 
 def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(tmp_path: Path) -> None:
-    env = {"TZ": "MAR+9:30", "TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    env = {"TZ": "MAR+9:30", "TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_IMPORTS_PER_HOUR": "1000"}
     upstream = MeteredUpstream()
     started = datetime.now(UTC)
     try:

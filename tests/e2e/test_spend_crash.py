@@ -72,7 +72,11 @@ def test_kill_9_during_load_loses_no_acknowledged_charge_or_audit_row_and_the_da
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_RATE_LIMIT": "100000"}
+    env = {
+        "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+        "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
+        "TOOLSPOKE_RATE_LIMIT": "100000",
+    }
     upstream = MeteredUpstream()
     seeded = random.Random(6)
     acked: Counter[str] = Counter()
