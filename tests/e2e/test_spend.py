@@ -505,6 +505,7 @@ def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
     (key,) = add_user_keys(app.data_dir, "hal", 1)
+    upstream = MeteredUpstream()
 
     async def scenario() -> tuple[int, MCPError, MCPError]:
         async with connect(as_key(app, key)) as client:
@@ -515,15 +516,22 @@ def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
             with pytest.raises(MCPError) as refused:
                 await client.call_tool("search_tools", {"query": "notes"})
             with pytest.raises(MCPError) as after:  # tool calls: a separate bucket (no credit here)
-                await client.call_tool("demo__listNotes", {})
+                await client.call_tool(tool, {})
             return served, refused.value, after.value
 
-    served, refused, after = run(scenario())
+    try:
+        tool = install(app, "browsed", upstream)
+        served, refused, after = run(scenario())
+    finally:
+        upstream.close()
     assert served == BROWSE_LIMIT
     assert (refused.code, refused.data["scope"]) == (-32001, "browse")
     assert refused.data["retry_after_s"] > 0
     assert after.code == -32002 and after.data["window"] == "credit"  # not -32001
-    assert query(app.data_dir, "SELECT count(*) FROM audit_log WHERE key_prefix = ?", (key[:12],)) == [(1,)]
+    assert upstream.count == 0
+    assert query(app.data_dir, "SELECT outcome FROM audit_log WHERE key_prefix = ?", (key[:12],)) == [
+        ("quota",)
+    ]
 
 
 def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(tmp_path: Path) -> None:
