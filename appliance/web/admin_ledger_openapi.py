@@ -1,8 +1,9 @@
 """The ledger routes described as OpenAPI 3.1 path items, for the admin API's document.
 
-Kept beside the routes so the two change together; the document (``/api/v1/openapi.json``,
-where it exists) merges ``PATHS``. ``tests/unit/test_ledger_openapi.py`` checks that every
-ledger route is described and every description is a route.
+Kept beside the routes so the two change together; ``web/admin_openapi.py`` merges ``PATHS``
+into ``/api/v1/openapi.json`` (whose tests run Schemathesis over them), and
+``tests/unit/test_ledger_openapi.py`` checks that every ledger route is described and every
+description is a route.
 """
 
 from __future__ import annotations

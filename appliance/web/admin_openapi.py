@@ -14,6 +14,7 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance import __version__
+from appliance.web import admin_ledger_openapi
 
 bp = Blueprint("admin_openapi", url_prefix="/api/v1")
 
@@ -444,7 +445,7 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": SCHEMAS,
         },
-        "paths": PATHS,
+        "paths": {**PATHS, **admin_ledger_openapi.PATHS},
     }
 
 

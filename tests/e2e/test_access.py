@@ -69,7 +69,12 @@ def as_key(app: Appliance, key: str) -> Appliance:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    env = {"TOOLSPOKE_IMPORTS_PER_HOUR": str(IMPORTS_PER_HOUR), "TOOLSPOKE_DEMO": "0"}
+    # Access, not spend, is under test here: calls to other users' toolkits cost nothing.
+    env = {
+        "TOOLSPOKE_IMPORTS_PER_HOUR": str(IMPORTS_PER_HOUR),
+        "TOOLSPOKE_DEMO": "0",
+        "TOOLSPOKE_DEFAULT_FEE": "0",
+    }
     with (
         PetstoreUpstream() as upstream,
         running_appliance(tmp_path_factory.mktemp("access") / "data", env=env) as app,

@@ -211,7 +211,10 @@ async def _check_principal(
 
 async def _check_world(world: World) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        rt = Runtime(config.load(env={"TOOLSPOKE_DATA_DIR": tmp, "TOOLSPOKE_DEMO": "0"}))
+        # Access, not spend, is under test: calls cost nothing.
+        rt = Runtime(
+            config.load(env={"TOOLSPOKE_DATA_DIR": tmp, "TOOLSPOKE_DEMO": "0", "TOOLSPOKE_DEFAULT_FEE": "0"})
+        )
         await rt.open()
         try:
             built = await worlds.build(rt, world, optimize=False)
