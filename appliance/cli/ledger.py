@@ -11,9 +11,7 @@ import click
 import orjson
 
 from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
-from appliance.models import Principal
-
-OPERATOR = Principal(user_id=0, name="cli", is_admin=True, key_prefix="cli")
+from appliance.models import OPERATOR
 
 
 def _number(text: str, field: str) -> Any:

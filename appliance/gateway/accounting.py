@@ -14,9 +14,6 @@ Three seams in ``gateway/calls.py`` and nothing else there:
 
 Owners call their own toolkits free and uncounted (still rate-limited and audited). The
 ``operator`` (the CLI run without a key by whoever owns the data directory) too.
-
-Until principals carry agents and toolkits carry owners (the access branch), ``_agent``
-and ``_is_owner`` are the one place that reads them.
 """
 
 from __future__ import annotations
@@ -77,20 +74,17 @@ _CURRENT: ContextVar[Attempt | None] = ContextVar("toolspoke_attempt", default=N
 CallFn = Callable[..., Awaitable[CallResult]]
 
 
-def _agent(principal: Principal) -> tuple[int | None, str | None]:
-    return getattr(principal, "agent_id", None), getattr(principal, "agent_name", None)
-
-
 def identity(principal: Principal) -> str:
     """Whom the rate limit counts: the agent, else the key."""
-    agent_id, _ = _agent(principal)
-    return f"agent:{agent_id}" if agent_id is not None else f"key:{principal.key_prefix}"
+    if principal.agent_id is not None:
+        return f"agent:{principal.agent_id}"
+    return f"key:{principal.key_prefix}"
 
 
 def is_owner(principal: Principal, price: Price) -> bool:
-    if getattr(principal, "operator", False):
+    if principal.operator:
         return True
-    if not price.has_owners or price.owner_id is None:
+    if price.owner_id is None:
         return principal.is_admin  # the platform's toolkits belong to every admin
     return price.owner_id == principal.user_id
 
@@ -213,7 +207,6 @@ def _classify(attempt: Attempt, exc: ApplianceError) -> None:
 def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
     """Queue the attempt's audit row, with its charge when the upstream was reached."""
     p, tool = attempt.principal, attempt.tool
-    agent_id, agent_name = _agent(p)
     if not attempt.sent:
         _let_go(rt, attempt)
     duration = time.perf_counter() - attempt.started
@@ -221,8 +214,8 @@ def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         at=attempt.at,
         user_id=p.user_id or None,
         user_name=p.name,
-        agent_id=agent_id,
-        agent_name=agent_name,
+        agent_id=p.agent_id,
+        agent_name=p.agent_name,
         key_prefix=p.key_prefix,
         toolkit_id=tool.toolkit_id if tool else None,
         toolkit=tool.toolkit if tool else None,

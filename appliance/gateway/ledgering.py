@@ -240,9 +240,7 @@ async def calls(
 
 
 async def _agent_of(rt: Runtime, agent: int) -> int | None:
-    """The user an agent acts for (None before agents exist: the access branch's table)."""
+    """The user an agent acts for (None: no such agent)."""
     async with rt.db.read() as conn:
-        if not await conn.one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agents'"):
-            return None
         row = await conn.one("SELECT user_id FROM agents WHERE id = ?", (agent,))
     return None if row is None else int(row["user_id"])

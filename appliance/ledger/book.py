@@ -110,7 +110,6 @@ class Book:
         self._closing = False
         self._generation = -1  # Database.generation after our last commit
         self._data_version: int | None = None
-        self._has_owners: bool | None = None
         self._pruned_at = 0.0
 
     # -- the spend check ---------------------------------------------------------------
@@ -265,8 +264,6 @@ class Book:
             # Inside the transaction: no other writer of this process can commit now.
             stale = self.db.generation != self._generation
             version = int(r.one("PRAGMA data_version")[0])
-            if self._has_owners is None:
-                self._has_owners = store.has_owner_column(r)
             reload = stale or (self._data_version is not None and version != self._data_version)
             results: list[Any] = []
             wanted: list[_Load] = []
@@ -331,9 +328,8 @@ class Book:
             kits.update(cached[0])
             spans.update(cached[1])
             payers.update(cached[2])
-        has_owners = bool(self._has_owners)
         for kit in kits:
-            snap.prices[kit] = store.load_price(r, kit, self.default_fee, has_owners)
+            snap.prices[kit] = store.load_price(r, kit, self.default_fee)
         for kit, key in spans:
             span = self.spans[key]
             snap.usage[(kit, key)] = store.window_usage(r, kit, span.start, span.end)

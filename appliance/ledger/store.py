@@ -21,7 +21,6 @@ class Price:
     monthly: int
     unit: str  # "calls" or "credits"
     owner_id: int | None  # None: the platform's (every admin owns it)
-    has_owners: bool  # False until toolkits carry an owner (access, migration 0004)
     customised: bool  # a row in toolkit_prices exists
 
 
@@ -74,15 +73,9 @@ _AUDIT_INSERT = (
 )
 
 
-def has_owner_column(r: SyncReader) -> bool:
-    """Whether toolkits have owners yet (the access branch adds ``toolkits.owner_id``)."""
-    return any(row[1] == "owner_id" for row in r.all("PRAGMA table_info(toolkits)"))
-
-
-def load_price(r: SyncReader, toolkit_id: int, default_fee: int, has_owners: bool) -> Price | None:
-    owner = "k.owner_id" if has_owners else "NULL"
+def load_price(r: SyncReader, toolkit_id: int, default_fee: int) -> Price | None:
     row = r.one(
-        f"SELECT k.id, {owner} AS owner_id, p.fee_milli, p.daily_limit, p.monthly_limit, p.limit_unit"
+        "SELECT k.id, k.owner_id, p.fee_milli, p.daily_limit, p.monthly_limit, p.limit_unit"
         " FROM toolkits k LEFT JOIN toolkit_prices p ON p.toolkit_id = k.id WHERE k.id = ?",
         (toolkit_id,),
     )
@@ -96,7 +89,6 @@ def load_price(r: SyncReader, toolkit_id: int, default_fee: int, has_owners: boo
         monthly=int(row["monthly_limit"] or 0),
         unit=row["limit_unit"] or "calls",
         owner_id=None if row["owner_id"] is None else int(row["owner_id"]),
-        has_owners=has_owners,
         customised=customised,
     )
 

@@ -1,7 +1,7 @@
 """Spend and accounting end to end: real appliance, real SDK clients, a real metered upstream.
 
 The appliance runs with its clock's zone at UTC+14 (POSIX ``TZ``): quota windows must still
-be UTC. Users and keys are written into its database as ``init`` does (no user API yet).
+be UTC. Users, agents and keys are written into its database in one go (tests/support/accounts.py).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
 
 @pytest.fixture(scope="module")
 def keys(app: Appliance) -> dict[str, list[str]]:
-    """Three users with ten keys each (thirty callers), 1000 credits each."""
+    """Three users with ten agents each (thirty callers, a key each), 1000 credits each."""
     made = {}
     for user in ("ann", "bob", "cyd"):
-        made[user] = add_user_keys(app.data_dir, user, AGENTS // 3)
+        made[user] = add_user_keys(app.data_dir, user, AGENTS // 3, agents=True)
         r = admin(app, "POST", credits_path(app, user), {"amount": 1000, "note": "test"})
         assert r.status_code == 201, r.text
     return made
@@ -145,6 +145,12 @@ def test_300_concurrent_calls_from_30_agents_against_a_daily_ceiling_of_100_let_
     assert query(
         app.data_dir, "SELECT outcome, count(*) FROM audit_log WHERE toolkit = 'meter' GROUP BY 1 ORDER BY 1"
     ) == [("ok", 100), ("quota", 200)]
+    # thirty agents, ten attempts each, every one audited under its agent
+    assert query(
+        app.data_dir,
+        "SELECT count(DISTINCT agent_id), min(n), max(n) FROM (SELECT agent_id, count(*) AS n"
+        " FROM audit_log WHERE toolkit = 'meter' GROUP BY agent_id)",
+    ) == [(30, 10, 10)]
     _check_books(app.data_dir, "meter")
 
 
@@ -185,7 +191,7 @@ def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
     upstream = MeteredUpstream()
-    (first,) = add_user_keys(app.data_dir, "eve", 1)  # a fresh identity: a full bucket
+    (first,) = add_user_keys(app.data_dir, "eve", 1, agents=True)  # a fresh agent: a full bucket
     other = keys["bob"][0]
 
     async def scenario() -> tuple[list[Any], Any, Any]:

@@ -1,8 +1,8 @@
 """Test principals and a metered upstream for the spend and accounting tests.
 
-``add_user_keys`` writes users and API keys straight into the appliance's database (the
-way ``toolspoke init`` does), because main has no user API yet; once the access branch
-lands this becomes its admin API. ``MeteredUpstream`` is a real HTTP server on loopback
+``add_user_keys`` writes a user, its agents and their API keys straight into the
+appliance's database (tens of keys in one transaction, where the admin API would take a
+request each). ``MeteredUpstream`` is a real HTTP server on loopback
 that counts every request it answers and fails every n-th one with a 500.
 """
 
@@ -24,16 +24,23 @@ import httpx
 from tests.support.servers import Appliance
 
 
-def add_user_keys(data_dir: Path, user: str, keys: int) -> list[str]:
-    """A non-admin user with ``keys`` API keys; returns the keys."""
+def add_user_keys(data_dir: Path, user: str, keys: int, *, agents: bool = False) -> list[str]:
+    """A non-admin user with ``keys`` API keys (``agents``: each for an agent of its own)."""
     made = [f"tsk_{secrets.token_urlsafe(32)}" for _ in range(keys)]
     with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db, db:
         db.execute("INSERT INTO users (name, is_admin) VALUES (?, 0)", (user,))
         uid = db.execute("SELECT id FROM users WHERE name = ?", (user,)).fetchone()[0]
-        db.executemany(
-            "INSERT INTO api_keys (user_id, name, prefix, secret_hash) VALUES (?, ?, ?, ?)",
-            [(uid, f"k{i}", k[:12], hashlib.sha256(k.encode()).hexdigest()) for i, k in enumerate(made)],
-        )
+        for i, key in enumerate(made):
+            agent = None
+            if agents:
+                agent = db.execute(
+                    "INSERT INTO agents (user_id, name) VALUES (?, ?) RETURNING id",
+                    (uid, f"{user}-agent-{i}"),
+                ).fetchone()[0]
+            db.execute(
+                "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash) VALUES (?, ?, ?, ?, ?)",
+                (uid, agent, f"k{i}", key[:12], hashlib.sha256(key.encode()).hexdigest()),
+            )
     return made
 
 
@@ -153,9 +160,10 @@ def install(app: Appliance, slug: str, upstream: MeteredUpstream, **quota: Any) 
     """Import the metered upstream as toolkit ``slug`` (published) and set its quota; its tool's name."""
     r = admin(app, "POST", "/toolkits/openapi", {"slug": slug, "spec": upstream.spec()})
     assert r.status_code == 201, r.text
-    # Other users may call it only once it is published (where toolkits have access rules).
-    r = admin(app, "PATCH", f"/toolkits/{slug}/access", {"visibility": "published"})
-    assert r.status_code in (200, 404, 405), r.text
+    # Other users' keys may see and call it once it is published, their agents once it is a
+    # platform default (or granted).
+    r = admin(app, "PATCH", f"/toolkits/{slug}/access", {"visibility": "published", "default": True})
+    assert r.status_code == 200, r.text
     if quota:
         r = admin(app, "PUT", f"/toolkits/{slug}/quota", quota)
         assert r.status_code == 200, r.text
