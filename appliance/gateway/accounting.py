@@ -82,11 +82,18 @@ def identity(principal: Principal) -> str:
 
 
 def is_owner(principal: Principal, price: Price) -> bool:
+    """The toolkit is this principal's user's (an agent acts for its user)."""
     if principal.operator:
         return True
     if price.owner_id is None:
         return principal.is_admin  # the platform's toolkits belong to every admin
     return price.owner_id == principal.user_id
+
+
+def calls_free(principal: Principal, price: Price) -> bool:
+    """Only the owner in person calls free: not their agents (RELIABILITY LEDGER-08), whose
+    calls are metered like anyone's, so an owner can cap what their own automation spends."""
+    return is_owner(principal, price) and principal.agent_id is None
 
 
 def limit(rt: Runtime, principal: Principal, *, browse: bool = False) -> None:
@@ -152,7 +159,7 @@ async def spend(
         attempt = Attempt(principal, tool.name, None, time.time(), time.perf_counter())
     attempt.tool = tool
     price = await rt.book.price(tool.toolkit_id, toolkit=tool.toolkit)
-    attempt.owner = is_owner(principal, price)
+    attempt.owner = calls_free(principal, price)
     if not attempt.owner:
         attempt.reservation = await rt.book.reserve(tool.toolkit_id, principal.user_id, toolkit=tool.toolkit)
     started = time.perf_counter()

@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.accounts import (
     MeteredUpstream,
+    add_agent_key,
     add_user_keys,
     admin,
     credits_path,
@@ -595,3 +596,33 @@ def test_hostile_ledger_requests_get_a_clear_error_and_never_a_server_error(
     assert r.status_code == status, r.text
     assert set(r.json()["error"]) >= {"reason", "message"}
     assert "Traceback" not in r.text
+
+
+def test_an_owner_calls_their_toolkit_free_past_its_ceiling_but_their_agents_are_metered(
+    app: Appliance,
+) -> None:
+    (own_key,) = add_user_keys(app.data_dir, "kim", 1)
+    with closing(sqlite3.connect(app.data_dir / "toolspoke.db")) as db, db:
+        uid = user_id(app.data_dir, "kim")
+        agent = db.execute(
+            "INSERT INTO agents (user_id, name) VALUES (?, 'kim-bot') RETURNING id", (uid,)
+        ).fetchone()[0]
+    agent_key = add_agent_key(app.data_dir, uid, agent)
+    upstream = MeteredUpstream()
+    try:
+        tool = install(app, "kims", upstream, daily_limit=1)
+        assert admin(app, "PATCH", "/toolkits/kims/access", {"owner_id": uid}).status_code == 200
+        assert admin(app, "POST", credits_path(app, "kim"), {"amount": 5}).status_code == 201
+        owner = _burst(app, [(own_key, 3)], tool)
+        bot = _burst(app, [(agent_key, 2)], tool)
+    finally:
+        upstream.close()
+    assert all(not r.is_error for r in owner)  # past the ceiling of 1: owner calls are uncounted
+    assert sum(1 for r in bot if isinstance(r, MCPError) and r.code == -32002) == 1
+    assert upstream.count == 4
+    assert admin(app, "GET", credits_path(app, "kim")).json()["balance"] == 4
+    rows = query(
+        app.data_dir,
+        "SELECT owner_call, fee_milli, outcome FROM audit_log WHERE toolkit = 'kims' ORDER BY id",
+    )
+    assert sorted(rows) == sorted([(1, 0, "ok")] * 3 + [(0, 1000, "ok"), (0, 0, "quota")])

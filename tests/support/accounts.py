@@ -44,6 +44,17 @@ def add_user_keys(data_dir: Path, user: str, keys: int, *, agents: bool = False)
     return made
 
 
+def add_agent_key(data_dir: Path, user: int, agent: int) -> str:
+    """One more key, for an existing agent of ``user``."""
+    key = f"tsk_{secrets.token_urlsafe(32)}"
+    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db, db:
+        db.execute(
+            "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash) VALUES (?, ?, 'k', ?, ?)",
+            (user, agent, key[:12], hashlib.sha256(key.encode()).hexdigest()),
+        )
+    return key
+
+
 def user_id(data_dir: Path, name: str) -> int:
     return int(query(data_dir, "SELECT id FROM users WHERE name = ?", (name,))[0][0])
 
