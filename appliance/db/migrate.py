@@ -22,8 +22,8 @@ def default_migrations_dir() -> Path:
 
 
 # Numbers handed to branches that have not landed yet; each may be missing until it does
-# (0003: the vault, 0005: vectors). Remove a number once its file is on main.
-_RESERVED = frozenset({3, 5})
+# (0005: vectors). Remove a number once its file is on main.
+_RESERVED = frozenset({5})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:
