@@ -6,7 +6,7 @@ imported, so importing this package yields the whole command.
 
 from __future__ import annotations
 
-from appliance.cli import access, catalogue, imports, serving, vault
+from appliance.cli import access, catalogue, imports, semantic, serving, vault
 from appliance.cli.common import main
 
-__all__ = ["access", "catalogue", "imports", "main", "serving", "vault"]
+__all__ = ["access", "catalogue", "imports", "main", "semantic", "serving", "vault"]

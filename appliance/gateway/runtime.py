@@ -14,6 +14,7 @@ from appliance import __version__
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.gateway.semantic import Semantic
 from appliance.upstream.health import HealthBook, thresholds_from
 from appliance.upstream.mcp_pool import McpPool
 from appliance.upstream.oauth import TokenCache
@@ -64,6 +65,7 @@ class Runtime:
         self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
         self._vault: Vault | None = None
+        self.semantic = Semantic(settings)  # embedding provider, breaker, search counters
 
     @property
     def vault(self) -> Vault:
@@ -76,6 +78,7 @@ class Runtime:
         try:
             # A missing, malformed or wrong master key stops here, before anything is served.
             self._vault = await Vault.open(self.db, self.settings)
+            _ = self.semantic.provider  # a half-configured provider stops start-up, naming the setting
         except BaseException:
             await self.db.close()
             raise
@@ -84,4 +87,5 @@ class Runtime:
         # Children first: no stdio upstream may outlive the gateway.
         await self.mcp.aclose()
         await self.egress.aclose()
+        await self.semantic.aclose()
         await self.db.close()
