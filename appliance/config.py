@@ -79,6 +79,16 @@ def _synchronous(raw: Any) -> str:
     return value
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}, got {raw!r}")
+        return value
+
+    return parse
+
+
 def _default_data_dir() -> str:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "toolspoke")
@@ -199,6 +209,83 @@ SETTINGS: tuple[Setting, ...] = (
         50,
         _positive(int),
         "Upper bound on `limit` for `search_tools` and `toolspoke search`.",
+    ),
+    # semantic search (issue 7): provider, deadline, breaker, kill switch; see docs/search.md
+    Setting(
+        "embeddings",
+        "TOOLSPOKE_EMBEDDINGS",
+        "none",
+        _choice("none", "local", "openai"),
+        "Embedding provider for semantic re-rank: `none` (lexical only), `local` (the bundled "
+        "all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible `/v1/embeddings`).",
+    ),
+    Setting(
+        "embeddings_url",
+        "TOOLSPOKE_EMBEDDINGS_URL",
+        None,
+        str,
+        "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1 (Ollama). "
+        "Default with OPENROUTER_API_KEY set: https://openrouter.ai/api/v1.",
+    ),
+    Setting(
+        "embeddings_model",
+        "TOOLSPOKE_EMBEDDINGS_MODEL",
+        None,
+        str,
+        "Model name sent to the endpoint (default with OpenRouter: openai/text-embedding-3-small). "
+        "Changing it re-embeds every tool.",
+    ),
+    Setting(
+        "embeddings_api_key",
+        "TOOLSPOKE_EMBEDDINGS_API_KEY",
+        None,
+        str,
+        "Bearer key for the embeddings endpoint; never logged or returned.",
+    ),
+    Setting(
+        "openrouter_api_key",
+        "OPENROUTER_API_KEY",
+        None,
+        str,
+        "OpenRouter key: with `embeddings = openai` and no URL or key of its own, OpenRouter is used.",
+    ),
+    Setting(
+        "embeddings_dimensions",
+        "TOOLSPOKE_EMBEDDINGS_DIMENSIONS",
+        None,
+        _positive(int),
+        "Dimensions to ask the endpoint for (OpenAI's `dimensions`); a reply of another size is an error.",
+    ),
+    Setting(
+        "embeddings_timeout_s",
+        "TOOLSPOKE_EMBEDDINGS_TIMEOUT_S",
+        1.0,
+        _positive(float),
+        "Deadline for embedding one search query; past it the search answers lexically.",
+    ),
+    Setting(
+        "embeddings_breaker_s",
+        "TOOLSPOKE_EMBEDDINGS_BREAKER_S",
+        30.0,
+        _non_negative(float),
+        "After a provider error or timeout, seconds during which searches skip the provider "
+        "(lexical) before trying it again.",
+    ),
+    Setting(
+        "semantic_search",
+        "SEMANTIC_SEARCH",
+        True,
+        _bool,
+        "Kill switch for the semantic pass at start-up. At run time `toolspoke semantic on|off` "
+        "or `PUT /api/v1/search/semantic` overrides it with no restart.",
+    ),
+    Setting(
+        "search_log_queries",
+        "TOOLSPOKE_SEARCH_LOG_QUERIES",
+        False,
+        _bool,
+        "Log the text of zero-result and low-score searches (off: only that one happened is "
+        "logged and counted).",
     ),
     Setting(
         "session_ttl_s",
@@ -400,6 +487,16 @@ class Settings:
     import_max_bytes: int
     search_default_limit: int
     search_max_limit: int
+    embeddings: str
+    embeddings_url: str | None
+    embeddings_model: str | None
+    embeddings_api_key: str | None
+    openrouter_api_key: str | None
+    embeddings_dimensions: int | None
+    embeddings_timeout_s: float
+    embeddings_breaker_s: float
+    semantic_search: bool
+    search_log_queries: bool
     session_ttl_s: float
     max_sessions: int
     stdio_allowed_commands: tuple[str, ...]

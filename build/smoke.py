@@ -44,7 +44,13 @@ def main() -> int:
     binary = Path(sys.argv[1]).resolve()
     size_mb = binary.stat().st_size / 1e6
     data = tempfile.mkdtemp(prefix="toolspoke-smoke-")
-    env = {**os.environ, "TOOLSPOKE_DATA_DIR": data, "TOOLSPOKE_ADMIN_KEY": KEY}
+    # The bundled local model: the binary must embed and rank offline on its own.
+    env = {
+        **os.environ,
+        "TOOLSPOKE_DATA_DIR": data,
+        "TOOLSPOKE_ADMIN_KEY": KEY,
+        "TOOLSPOKE_EMBEDDINGS": "local",
+    }
     init = subprocess.run([str(binary), "init"], env=env, capture_output=True, text=True, timeout=DEADLINE_S)
     assert init.returncode == 0, init.stderr
     started = time.perf_counter()
@@ -98,6 +104,7 @@ def main() -> int:
             "params": {"name": "search_tools", "arguments": {"query": "create a note"}},
         }
         found_tools, _ = post(url, call, session)
+        assert "result" in found_tools, (found_tools, "".join(lines)[-3000:])
         names = [r["name"] for r in found_tools["result"]["structuredContent"]["results"]]
         assert "demo__createNote" in names, names
         call = {
@@ -112,10 +119,23 @@ def main() -> int:
         created, _ = post(url, call, session)
         assert created["result"]["isError"] is False, created
         assert created["result"]["structuredContent"]["title"] == "smoke", created
+        # Semantic search with the model inside the binary: backfill beside the server, then
+        # the same search is served hybrid.
+        filled = subprocess.run(
+            [str(binary), "backfill", "--json"], env=env, capture_output=True, text=True, timeout=DEADLINE_S
+        )
+        assert filled.returncode == 0, filled.stderr
+        hybrid, _ = post(
+            url,
+            {**call, "id": 5, "params": {"name": "search_tools", "arguments": {"query": "jot down a memo"}}},
+            session,
+        )
+        ranking = hybrid["result"]["structuredContent"]["ranking"]
+        assert ranking == "hybrid", hybrid
     finally:
         proc.terminate()
         proc.wait(timeout=15)
-    print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s")
+    print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s, search {ranking}")
     return 0
 
 

@@ -76,6 +76,7 @@ def toolkits_remove(ctx: click.Context, slug: str, project: str) -> None:
 @click.option("--project", default=None)
 @click.option("--limit", type=click.IntRange(1, 100), default=None)
 @KEY
+@click.option("--explain", is_flag=True, help="Show lexical and semantic ranks and scores (hybrid).")
 @DATA_DIR
 @CONFIG
 @JSON_OUT
@@ -85,30 +86,70 @@ def search(
     project: str | None,
     limit: int | None,
     key: str | None,
+    explain: bool,
     data_dir: str | None,
     config_file: str | None,
     as_json: bool,
 ) -> None:
     """Search tools the way an agent's search_tools does."""
     from appliance.gateway.bridge import describe
-    from appliance.gateway.searching import search_tools
+    from appliance.gateway.searching import search as run_search
 
     settings = settings_for(config_file, data_dir=data_dir)
 
     async def work(rt: Any) -> Any:
         who = await acting(rt, key)
-        return await search_tools(
-            rt, query, principal=who, toolkit=toolkit, project=project, limit=limit, max_limit=100
+        return await run_search(
+            rt,
+            query,
+            principal=who,
+            toolkit=toolkit,
+            project=project,
+            limit=limit,
+            max_limit=100,
+            ranking="hybrid" if explain else "auto",
         )
 
-    tools, ranking = run(settings, work)
+    outcome = run(settings, work)
+    tools = [r.tool for r in outcome.results]
     if as_json:
-        emit({"results": [describe(t) for t in tools], "ranking": ranking})
+        doc: dict[str, Any] = {"results": [describe(t) for t in tools], "ranking": outcome.ranking}
+        if explain:
+            doc["explain"] = [_explain_row(r) for r in outcome.results]
+            doc["reason"] = outcome.reason
+        emit(doc)
         return
     if not tools:
         click.echo("no matching tools", err=True)
+    if explain:
+        why = f" ({outcome.reason})" if outcome.reason else ""
+        click.echo(f"ranking: {outcome.ranking}{why}")
+        click.echo(f"{'tool':<48} {'score':>7} {'lex#':>5} {'bm25':>7} {'sem#':>5} {'cosine':>7}")
+        for r in outcome.results:
+            row = _explain_row(r)
+            click.echo(
+                f"{row['name']:<48} {row['score']:>7.3f} {_cell(row['lexical_rank'], 'd')} "
+                f"{_cell(row['lexical_score'], '.2f')} {_cell(row['semantic_rank'], 'd')} "
+                f"{_cell(row['semantic_score'], '.3f')}"
+            )
+        return
     for t in tools:
         click.echo(f"{t.name:<48} {t.kind:<11} {(t.description or t.title)[:80]}")
+
+
+def _explain_row(r: Any) -> dict[str, Any]:
+    return {
+        "name": r.tool.name,
+        "score": r.score,
+        "lexical_rank": r.lexical_rank,
+        "lexical_score": r.lexical_score,
+        "semantic_rank": r.semantic_rank,
+        "semantic_score": r.semantic_score,
+    }
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return f"{'-':>5}" if value is None else format(value, fmt).rjust(5 if fmt == "d" else 7)
 
 
 @main.command()
@@ -168,6 +209,13 @@ def call(
     show_default=True,
     help="Results per query (MRR looks at this many).",
 )
+@click.option(
+    "--ranking",
+    type=click.Choice(["auto", "lexical", "semantic", "hybrid"]),
+    default="auto",
+    show_default=True,
+    help="Which ranking to score (semantic and hybrid need an embedding provider and a backfill).",
+)
 @click.option("--toolkit", default=None)
 @click.option("--project", default=None)
 @DATA_DIR
@@ -176,6 +224,7 @@ def call(
 def eval_(
     queries: str,
     limit: int,
+    ranking: str,
     toolkit: str | None,
     project: str | None,
     data_dir: str | None,
@@ -191,11 +240,16 @@ def eval_(
         fail(exc.public_message, 2)
     settings = settings_for(config_file, data_dir=data_dir)
     started = time.perf_counter()
-    summary = run(settings, lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project))
+    summary = run(
+        settings,
+        lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project, ranking=ranking),  # type: ignore[arg-type]
+    )
     if as_json:
         emit(summary)
         return
-    click.echo(f"{summary['queries']} queries in {time.perf_counter() - started:.1f}s")
+    click.echo(
+        f"{summary['queries']} queries in {time.perf_counter() - started:.1f}s, ranking {summary['ranking']}"
+    )
     for key in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr"):
         click.echo(f"  {key:<10} {summary[key]:.3f}")
     lat = summary["latency_ms"]

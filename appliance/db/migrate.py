@@ -21,9 +21,8 @@ def default_migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-# Numbers handed to branches that have not landed yet; each may be missing until it does
-# (0005: vectors). Remove a number once its file is on main.
-_RESERVED = frozenset({5})
+# Numbers handed to branches that have not landed yet may be missing until they do; none now.
+_RESERVED: frozenset[int] = frozenset()
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:

@@ -14,10 +14,10 @@ from appliance.catalogue import store
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
 from appliance.gateway import accounting, telemetry
+from appliance.gateway.agent_search import search_for_agent
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.direct import tool_entry
 from appliance.gateway.runtime import Runtime
-from appliance.gateway.searching import search_tools
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
@@ -49,17 +49,57 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
         "name": "search_tools",
         "description": (
             "Find tools for a task among all installed toolkits. Describe the outcome or name the "
-            "service. Each result has the exact tool name, its runner and its full input schema."
+            "service; give `queries` to look for several steps at once. Each result has the exact "
+            "tool name, its runner, version, toolkit health and its full input schema."
         ),
         "inputSchema": {
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What you want to do, or a tool name."},
+                "queries": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 5,
+                    "description": "Instead of query: 1 to 5 use cases, results grouped by use case.",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "use_case": {
+                                "type": "string",
+                                "minLength": 1,
+                                "description": "One step of the task.",
+                            },
+                            "known_fields": {
+                                "type": "string",
+                                "description": "Values you already have, 'key:value' comma-separated; "
+                                "tools taking those fields rank higher.",
+                            },
+                        },
+                        "required": ["use_case"],
+                        "additionalProperties": False,
+                    },
+                },
                 "toolkit": {"type": "string", "description": "Only this toolkit."},
+                "providers": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": 50,
+                    "description": "Only these toolkits.",
+                },
+                "tags": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "maxItems": 50,
+                    "description": "Only tools in these groups (OpenAPI tags, servers).",
+                },
                 "project": _PROJECT,
-                "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Default 8."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "description": "Results per query. Default 8.",
+                },
             },
-            "required": ["query"],
             "additionalProperties": False,
         },
         "annotations": {"title": "Search tools", "readOnlyHint": True, "openWorldHint": False},
@@ -192,16 +232,12 @@ async def call_bridge(
         accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited
     validate_arguments(spec["inputSchema"], args)
     if name == "search_tools":
+        # Suggestions of toolkits to install go only to callers who may install (a person's
+        # own key or the operator: agents and anonymous callers cannot import).
+        may_install = not principal.anonymous and principal.agent_id is None
         with telemetry.timed_search():
-            results, ranking = await search_tools(
-                rt,
-                args["query"],
-                principal=principal,
-                toolkit=args.get("toolkit"),
-                project=args.get("project"),
-                limit=args.get("limit"),
-            )
-        return _json_result({"results": [describe(t) for t in results], "ranking": ranking})
+            found = await search_for_agent(rt, args, describe, principal=principal, can_install=may_install)
+        return _json_result(found)
     if name == "list_toolkits":
         return _json_result({"toolkits": await list_toolkits(rt, principal, project=args.get("project"))})
     if name == "describe_tools":

@@ -15,7 +15,7 @@ import orjson
 
 from appliance.errors import InvalidParams
 from appliance.gateway.runtime import Runtime
-from appliance.gateway.searching import search_tools
+from appliance.gateway.searching import Ranking, search
 from appliance.models import Tool
 from appliance.search import metrics
 
@@ -62,16 +62,25 @@ async def evaluate(
     limit: int = 100,
     toolkit: str | None = None,
     project: str | None = None,
+    ranking: Ranking = "auto",
 ) -> dict[str, Any]:
+    """Score ``ranking`` on ``items``; ``ranking`` in the summary is what actually served them
+    (``lexical`` when the semantic pass could not run, with ``reasons`` counted)."""
     per_query = []
     latencies = []
     worst: list[dict[str, Any]] = []
+    served: dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for item in items:
         started = time.perf_counter()
-        tools, _ = await search_tools(
-            rt, item["query"], toolkit=toolkit, project=project, limit=limit, max_limit=limit
+        outcome = await search(
+            rt, item["query"], toolkit=toolkit, project=project, limit=limit, max_limit=limit, ranking=ranking
         )
         latencies.append((time.perf_counter() - started) * 1000)
+        tools = [r.tool for r in outcome.results]
+        served[outcome.ranking] = served.get(outcome.ranking, 0) + 1
+        if outcome.reason:
+            reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
         gold = set(item["gold"])
         scores = metrics.score_query(_ranked(tools, gold), gold)
         per_query.append(scores)
@@ -80,6 +89,9 @@ async def evaluate(
     avg = metrics.average(per_query)
     return {
         "queries": len(items),
+        "ranking": max(served, key=lambda k: served[k]) if served else ranking,
+        "served": served,
+        "fallback_reasons": reasons,
         "recall@1": avg["R@1"],
         "recall@5": avg["R@5"],
         "recall@10": avg["R@10"],

@@ -139,6 +139,7 @@ async def _store(
         )
         await fts.optimize(tx)
     await rt.db.checkpoint()
+    rt.semantic.wake()  # the background backfill embeds the new tools
     return bool(removed) or replace
 
 

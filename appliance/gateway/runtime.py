@@ -14,6 +14,7 @@ from appliance import __version__
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.gateway.semantic import Semantic
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
@@ -75,6 +76,7 @@ class Runtime:
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         self._vault: Vault | None = None
+        self.semantic = Semantic(settings)  # embedding provider, breaker, search counters
 
     @property
     def vault(self) -> Vault:
@@ -87,6 +89,7 @@ class Runtime:
         try:
             # A missing, malformed or wrong master key stops here, before anything is served.
             self._vault = await Vault.open(self.db, self.settings)
+            _ = self.semantic.provider  # a half-configured provider stops start-up, naming the setting
         except BaseException:
             await self.db.close()
             raise
@@ -96,4 +99,5 @@ class Runtime:
         await self.mcp.aclose()
         await self.egress.aclose()
         await self.book.aclose()  # flush queued audit rows and charges before the database closes
+        await self.semantic.aclose()
         await self.db.close()

@@ -1,13 +1,186 @@
-"""Search as every caller gets it: the bridge's search_tools, the CLI and `eval`."""
+"""Search as every caller gets it: the bridge's search_tools, the CLI and `eval`.
+
+Lexical ranking always runs. The semantic pass joins it (``hybrid``) only when a provider is
+configured, the run-time switch is on, the breaker is closed, and every toolkit the caller can
+see in this search is embedded with the provider's model; otherwise the answer is lexical and
+says so. A lexical-only search is one hop to a reader thread; a hybrid one is three (lexical +
+decision, query embedding, nearest neighbours + fusion + loading).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.db import SyncReader
 from appliance.gateway.runtime import Runtime
-from appliance.models import Principal, Tool
-from appliance.search import fts
+from appliance.models import Principal, Scope, Tool
+from appliance.search import fts, hybrid, vectors
+
+Ranking = Literal["auto", "lexical", "semantic", "hybrid"]
+SPARE = 8
+
+
+@dataclass
+class Explained:
+    """One result with how it was ranked (``toolspoke search --explain``)."""
+
+    tool: Tool
+    score: float
+    lexical_rank: int | None = None
+    lexical_score: float | None = None
+    semantic_rank: int | None = None
+    semantic_score: float | None = None
+
+
+@dataclass
+class Outcome:
+    results: list[Explained]
+    ranking: str  # what served them: lexical | semantic | hybrid
+    reason: str = ""  # why a semantic or hybrid request was answered lexically
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _visible_toolkits(
+    reader: SyncReader, toolkit: str | None, project: str | None, allowed: Collection[int] | None
+) -> set[int]:
+    rows = reader.all(
+        "SELECT k.id FROM toolkits k JOIN projects p ON p.id = k.project_id"
+        " WHERE (?1 IS NULL OR k.slug = ?1) AND (?2 IS NULL OR p.slug = ?2)",
+        (toolkit, project),
+    )
+    ids = {int(r[0]) for r in rows}
+    return ids if allowed is None else ids & {int(i) for i in allowed}
+
+
+async def search(
+    rt: Runtime,
+    query: str,
+    *,
+    toolkit: str | None = None,
+    project: str | None = None,
+    limit: int | None = None,
+    max_limit: int | None = None,
+    ranking: Ranking = "auto",
+    principal: Principal | None = None,
+    allowed_toolkit_ids: Collection[int] | None = None,
+) -> Outcome:
+    """Best tools for ``query`` among those ``principal`` may call, best first, with the ranking
+    that served them. No principal: the operator's view (CLI without a key, eval).
+
+    The caller's access scope filters both halves: the lexical statement carries it in its
+    WHERE, nearest neighbours are masked to the scope's toolkits, and loading the tools applies
+    it again (per-tool restrictions), so no ranking can show a tool the caller may not see.
+    ``allowed_toolkit_ids`` (``providers``) narrows further.
+
+    ``ranking`` other than ``auto`` is for `toolspoke eval` and `search --explain`: ``lexical``
+    skips the semantic pass; ``semantic`` ranks by cosine alone; ``hybrid`` fuses. Either of the
+    last two still answers lexically (with a reason) when the semantic pass cannot run.
+    ``max_limit`` lifts the agent-facing cap for `toolspoke eval`, which scores the top 100.
+    """
+    settings = rt.settings
+    cap = max_limit or settings.search_max_limit
+    n = max(1, min(limit or settings.search_default_limit, cap))
+    sem = rt.semantic
+    model_id = sem.model_id if ranking != "lexical" else None
+    depth = max(n, hybrid.CANDIDATES) if model_id else n
+
+    def first(
+        reader: SyncReader,
+    ) -> tuple[list[tuple[int, float]], str, set[int] | None, list[Tool], Scope | None]:
+        # The caller's scope, ranking and loading share one hop to the reader's thread.
+        scope = None if principal is None else visibility.scope_in(reader, principal)
+        lexical = fts.search_in(
+            reader,
+            query,
+            limit=depth,
+            toolkit=toolkit,
+            project=project,
+            allowed_toolkit_ids=allowed_toolkit_ids,
+            scope=scope,
+        )
+        reason = _why_not_semantic(reader, model_id, settings.semantic_search, ranking)
+        visible: set[int] | None = None
+        if not reason and model_id is not None:
+            allowed = _narrowest(allowed_toolkit_ids, None if scope is None else scope.toolkits)
+            visible = _visible_toolkits(reader, toolkit, project, allowed)
+            if visible & vectors.unembedded_toolkits_in(reader, model_id):
+                reason = "not_embedded"
+        if reason or model_id is None:
+            top = lexical[:n]
+            return top, reason, None, store.tools_by_ids_in(reader, [t for t, _ in top], scope=scope), scope
+        return lexical, "", visible, [], scope
+
+    async with rt.db.read() as conn:
+        lexical, reason, visible, tools, scope = await conn.batch(first)
+    if model_id is None or reason or visible is None:
+        return _lexical_outcome(rt, query, lexical, tools, reason if ranking != "lexical" else "")
+
+    qvec = await sem.query_vector(query)
+    if qvec is None:
+        async with rt.db.read() as conn:
+            top = lexical[:n]
+            tools = await conn.batch(lambda r: store.tools_by_ids_in(r, [t for t, _ in top], scope=scope))
+        return _lexical_outcome(rt, query, top, tools, "provider_unavailable")
+
+    def second(reader: SyncReader) -> tuple[list[hybrid.Fused], list[Tool]]:
+        matrix = vectors.matrix_in(reader, model_id)
+        near = [] if matrix is None else vectors.nearest(matrix, qvec, k=depth, toolkit_ids=visible)
+        # The matrix holds every embedded tool, whatever its state; a few spare candidates make
+        # up for pending or disabled ones, which loading drops.
+        spare = n + SPARE
+        if ranking == "semantic":
+            fused = [hybrid.Fused(t, s, None, None, i + 1, s) for i, (t, s) in enumerate(near[:spare])]
+        else:
+            ids = [t for t, _ in lexical] + [t for t, _ in near]
+            kits = {} if matrix is None else vectors.groups_of(matrix, ids)
+            fused = hybrid.fuse(lexical, near, limit=spare, toolkit_of=kits)
+        return fused, store.tools_by_ids_in(reader, [f.tool_id for f in fused], scope=scope)
+
+    async with rt.db.read() as conn:
+        fused, tools = await conn.batch(second)
+    by_id = {t.id: t for t in tools}
+    results = [
+        Explained(
+            by_id[f.tool_id], f.score, f.lexical_rank, f.lexical_score, f.semantic_rank, f.semantic_score
+        )
+        for f in fused
+        if f.tool_id in by_id
+    ][:n]
+    served = "semantic" if ranking == "semantic" else "hybrid"
+    best = max((r.semantic_score for r in results if r.semantic_score is not None), default=None)
+    sem.note_outcome(query, len(results), best, served)
+    return Outcome(results, served)
+
+
+def _narrowest(a: Collection[int] | None, b: Collection[int] | None) -> set[int] | None:
+    if a is None:
+        return None if b is None else set(b)
+    return set(a) if b is None else set(a) & set(b)
+
+
+def _why_not_semantic(reader: SyncReader, model_id: str | None, setting_on: bool, ranking: Ranking) -> str:
+    if model_id is None:
+        return "" if ranking in ("auto", "lexical") else "no_provider"
+    switch = reader.one("SELECT value FROM search_state WHERE key = 'semantic'")
+    on = setting_on if switch is None else switch[0] != "off"
+    # An explicit request (eval, --explain) ignores the switch; agents' searches obey it.
+    if not on and ranking == "auto":
+        return "switched_off"
+    return ""
+
+
+def _lexical_outcome(
+    rt: Runtime, query: str, hits: list[tuple[int, float]], tools: list[Tool], reason: str
+) -> Outcome:
+    score = dict(hits)
+    rank = {tool_id: i + 1 for i, (tool_id, _) in enumerate(hits)}
+    results = [Explained(t, score.get(t.id, 0.0), rank.get(t.id), score.get(t.id)) for t in tools]
+    rt.semantic.note_outcome(query, len(results), None, "lexical")
+    return Outcome(results, "lexical", reason)
 
 
 async def search_tools(
@@ -19,23 +192,17 @@ async def search_tools(
     project: str | None = None,
     limit: int | None = None,
     max_limit: int | None = None,
+    ranking: Ranking = "auto",
 ) -> tuple[list[Tool], str]:
-    """Best tools for ``query`` among those ``principal`` may call, best first, and the name of
-    the ranking that served them. No principal: the operator's view (CLI without a key, eval).
-
-    ``max_limit`` lifts the agent-facing cap for `toolspoke eval`, which scores the top 100.
-    """
-    settings = rt.settings
-    cap = max_limit or settings.search_max_limit
-    n = max(1, min(limit or settings.search_default_limit, cap))
-
-    def ranked(reader: SyncReader) -> list[Tool]:
-        # The caller's scope, the ranking and loading the tools share one hop to the reader's
-        # thread; the scope sits in the ranking statement's WHERE, so a page is never short.
-        scope = None if principal is None else visibility.scope_in(reader, principal)
-        hits = fts.search_in(reader, query, limit=n, toolkit=toolkit, project=project, scope=scope)
-        return store.tools_by_ids_in(reader, [tool_id for tool_id, _ in hits], scope=scope)
-
-    async with rt.db.read() as conn:
-        tools = await conn.batch(ranked)
-    return tools, "lexical"
+    """Best tools for ``query`` that ``principal`` may call, best first, and the ranking's name."""
+    outcome = await search(
+        rt,
+        query,
+        principal=principal,
+        toolkit=toolkit,
+        project=project,
+        limit=limit,
+        max_limit=max_limit,
+        ranking=ranking,
+    )
+    return [r.tool for r in outcome.results], outcome.ranking

@@ -117,6 +117,7 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
     report.unchanged = len(plan.unchanged)
     report.pending = [t.name for t in pending]
     report.seconds = time.perf_counter() - started
+    rt.semantic.wake()  # changed descriptions get new vectors
     return report
 
 
@@ -180,6 +181,7 @@ async def approve(
             await sync_store.set_state(tx, ids, "active")
             await _index(tx, ids)
             await fts.optimize(tx)
+    rt.semantic.wake()
     return sorted(t.name for t in chosen)
 
 

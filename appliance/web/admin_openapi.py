@@ -398,6 +398,17 @@ PATHS: dict[str, dict[str, Any]] = {
             ],
         ),
     },
+    "/api/v1/search/semantic": {
+        "get": _op(
+            "Semantic search: switch, provider, model, embedded tools, breaker and counters (admin)",
+            {"type": "object"},
+        ),
+        "put": _op(
+            "Switch the semantic pass on or off for every process, without restart (admin)",
+            {"type": "object"},
+            body=_obj({"enabled": {"type": "boolean"}}, ["enabled"]),
+        ),
+    },
     "/api/v1/grants": {
         "get": _op(
             "Grants of the caller's agents (an admin: all)",

@@ -130,6 +130,25 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
 
     # end of health probes
 
+    # semantic search (issue 7): background backfill and the search admin routes
+    from appliance.gateway.backfill import BackfillTask
+    from appliance.web import admin_search
+
+    app.blueprint(admin_search.bp)
+
+    @app.after_server_start
+    async def start_backfill(app: Sanic) -> None:
+        app.ctx.backfill = BackfillTask(app.ctx.rt)
+        app.ctx.backfill.start()
+
+    @app.before_server_stop
+    async def stop_backfill(app: Sanic) -> None:
+        task = getattr(app.ctx, "backfill", None)
+        if task is not None:
+            await task.stop()
+
+    # end of semantic search
+
     # Legacy HTTP+SSE transport (issue 3 item 10): GET /sse, POST /messages. The blueprint
     # carries its own start/stop listeners; registered after close_runtime so that (stop
     # listeners run in reverse order) open streams end before the runtime closes.

@@ -1,9 +1,12 @@
 """Retrieval quality of the search agents get, on every public bench set (dev queries).
 
-Run from the repo root: ``.venv/bin/python tests/bench/retrieval.py``. For each data set in
-``../shared/bench/retrieval/`` it makes a fresh data directory, runs the real CLI
-``toolspoke import catalog`` and ``toolspoke eval --json`` (the same search as
-``search_tools``), and prints Recall@1/5/10, nDCG@10, MRR and latency against the targets.
+Run from the repo root: ``.venv/bin/python tests/bench/retrieval.py [--lexical-only]``. For each
+data set in ``../shared/bench/retrieval/`` it makes a fresh data directory, runs the real CLI
+(``toolspoke import catalog``, ``toolspoke backfill`` with the bundled local model, then
+``toolspoke eval --json --ranking lexical|semantic|hybrid``: the same search as
+``search_tools``), and prints Recall@1/5/10, nDCG@10, MRR and latency against the targets,
+each set on its own catalogue and then on the pooled catalogue of all four. Backfill
+throughput (tools per second) is printed too.
 """
 
 from __future__ import annotations
@@ -18,18 +21,29 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO.parent / "shared" / "bench" / "retrieval"
 SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
-TARGET_NDCG = {"toolbench": 0.70, "bfcl-live": 0.71, "metatool": 0.60, "livemcpbench": 0.35}
+TARGET_NDCG = {
+    "lexical": {"toolbench": 0.70, "bfcl-live": 0.71, "metatool": 0.60, "livemcpbench": 0.35},
+    "hybrid": {"toolbench": 0.73, "bfcl-live": 0.80, "metatool": 0.70, "livemcpbench": 0.41},
+}
+RANKINGS = ("lexical", "semantic", "hybrid")
 
 
 def toolspoke(data: str, *args: str) -> str:
-    env = {**os.environ, "TOOLSPOKE_DATA_DIR": data}
+    # One BLAS thread: the matrix-vector product is small, and a second thread fights
+    # onnxruntime's for the two cores (EMBEDDERS.md finding 7).
+    env = {
+        **os.environ,
+        "TOOLSPOKE_DATA_DIR": data,
+        "TOOLSPOKE_EMBEDDINGS": "local",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
     done = subprocess.run(
         [sys.executable, "-m", "appliance", *args],
         capture_output=True,
         text=True,
         env=env,
         cwd=REPO,
-        timeout=600,
+        timeout=1800,
         check=False,
     )
     if done.returncode != 0:
@@ -37,26 +51,55 @@ def toolspoke(data: str, *args: str) -> str:
     return done.stdout
 
 
-def evaluate(name: str) -> dict[str, object]:
-    with tempfile.TemporaryDirectory() as data:
-        toolspoke(data, "import", "catalog", str(BENCH / name / "catalog.jsonl"), "--slug", name)
-        return json.loads(toolspoke(data, "eval", str(BENCH / name / "queries-dev.jsonl"), "--json"))
+def row(label: str, ranking: str, r: dict[str, object], name: str) -> str:
+    lat = r["latency_ms"]
+    assert isinstance(lat, dict)
+    target = TARGET_NDCG.get(ranking, {}).get(name)
+    mark = ""
+    if target is not None and label == name:
+        mark = f" (≥ {target:.2f} {'ok' if float(r['ndcg@10']) >= target else 'BELOW'})"  # type: ignore[arg-type]
+    served = "" if r["ranking"] == ranking else f" [served {r['ranking']}]"
+    return (
+        f"| {label} | {ranking}{served} | {r['queries']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} "
+        f"| {r['recall@10']:.3f} | {r['ndcg@10']:.3f}{mark} | {r['mrr']:.3f} "
+        f"| {lat['p50']:.2f} | {lat['p95']:.2f} |"
+    )
+
+
+def _rate(fill: dict[str, float]) -> str:
+    return f"{fill['embedded']:.0f} tools in {fill['seconds']:.1f} s = {fill['tools_per_s']:.0f}/s"
+
+
+def evaluate(data: str, name: str, rankings: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    queries = str(BENCH / name / "queries-dev.jsonl")
+    return {rk: json.loads(toolspoke(data, "eval", queries, "--json", "--ranking", rk)) for rk in rankings}
 
 
 def main() -> None:
-    print("| data set | queries | R@1 | R@5 | R@10 | nDCG@10 (target) | MRR | p50 ms | p95 ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rankings = ("lexical",) if "--lexical-only" in sys.argv else RANKINGS
+    header = "| catalogue | ranking | queries | R@1 | R@5 | R@10 | nDCG@10 (target) | MRR | p50 ms | p95 ms |"
+    print(header)
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    fills: list[str] = []
     for name in SETS:
-        r = evaluate(name)
-        lat = r["latency_ms"]
-        assert isinstance(lat, dict)
-        ok = "ok" if float(r["ndcg@10"]) >= TARGET_NDCG[name] else "BELOW"  # type: ignore[arg-type]
-        print(
-            f"| {name} | {r['queries']} | {r['recall@1']:.3f} | {r['recall@5']:.3f} | {r['recall@10']:.3f} "
-            f"| {r['ndcg@10']:.3f} (≥ {TARGET_NDCG[name]:.2f} {ok}) | {r['mrr']:.3f} | {lat['p50']:.2f} "
-            f"| {lat['p95']:.2f} |",
-            flush=True,
-        )
+        with tempfile.TemporaryDirectory() as data:
+            toolspoke(data, "import", "catalog", str(BENCH / name / "catalog.jsonl"), "--slug", name)
+            if rankings != ("lexical",):
+                fill = json.loads(toolspoke(data, "backfill", "--json"))
+                fills.append(f"{name}: {_rate(fill)}")
+            for rk, r in evaluate(data, name, rankings).items():
+                print(row(name, rk, r, name), flush=True)
+    with tempfile.TemporaryDirectory() as data:
+        for name in SETS:
+            toolspoke(data, "import", "catalog", str(BENCH / name / "catalog.jsonl"), "--slug", name)
+        if rankings != ("lexical",):
+            fill = json.loads(toolspoke(data, "backfill", "--json"))
+            fills.append(f"pooled: {_rate(fill)}")
+        for name in SETS:
+            for rk, r in evaluate(data, name, rankings).items():
+                print(row(f"pooled: {name}", rk, r, name), flush=True)
+    if fills:
+        print("\nBackfill with the local model (1 onnxruntime thread): " + "; ".join(fills))
 
 
 if __name__ == "__main__":

@@ -8,9 +8,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STEPS = (
-    ("Retrieval quality (dev queries, each data set's own catalogue)", ["retrieval.py"]),
+    (
+        "Retrieval quality (dev queries; lexical, semantic, hybrid; own and pooled catalogues)",
+        ["retrieval.py"],
+    ),
     ("Search latency (agent's search_tools, default limit 8)", ["search_latency.py", "10000", "100000"]),
     ("Search with access filtering (10k tools, 200 toolkits, 50 agents)", ["access_search.py"]),
+    (
+        "Hybrid search latency (local model, query embedded per search)",
+        ["hybrid_latency.py", "10000", "100000"],
+    ),
     ("Appliance figures", ["figures.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),

@@ -22,11 +22,13 @@ from hypothesis import strategies as st
 from appliance import config
 from appliance.errors import InvalidParams, NotFound, ToolNotFound, Unauthorized
 from appliance.gateway import bridge, direct
+from appliance.gateway.backfill import backfill
 from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
-from appliance.gateway.searching import search_tools
+from appliance.gateway.searching import search, search_tools
 from appliance.models import ANONYMOUS, CallResult, Principal
 from tests.support import worlds
+from tests.support.embeddings_server import EmbeddingsServer
 from tests.support.worlds import GrantSpec, KitSpec, World
 
 SLUGS = ["alpha", "beta", "gamma", "delta"]
@@ -94,6 +96,18 @@ async def _check_principal(
     if not who.anonymous:
         found, _ = await search_tools(rt, "widget", principal=who, limit=1000, max_limit=1000)
         assert {(t.project, t.name) for t in found} == expected, label
+        if rt.semantic.provider is not None:
+            # Semantic and hybrid rankings see exactly what the lexical one sees.
+            for ranking in ("semantic", "hybrid"):
+                outcome = await search(
+                    rt, "widget", principal=who, limit=1000, max_limit=1000, ranking=ranking
+                )
+                assert outcome.ranking == ranking, (label, outcome.reason)
+                assert {(r.tool.project, r.tool.name) for r in outcome.results} == expected, (label, ranking)
+        # Suggestions of toolkits to install: only for people, never for agents.
+        result = await bridge.call_bridge(rt, who, "search_tools", {"query": "headless browser screenshot"})
+        offered = "suggestions" in (result.structured or {})
+        assert offered == (who.agent_id is None), label
 
         # list_toolkits: only visible toolkits, only visible tools in them
         listed = await bridge.list_toolkits(rt, who)
@@ -209,15 +223,22 @@ async def _check_principal(
         assert ("read_guide" in {t["name"] for t in tools}) == has_guide, label
 
 
-async def _check_world(world: World) -> None:
+async def _check_world(world: World, embeddings_url: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # Access, not spend, is under test: calls cost nothing.
-        rt = Runtime(
-            config.load(env={"TOOLSPOKE_DATA_DIR": tmp, "TOOLSPOKE_DEMO": "0", "TOOLSPOKE_DEFAULT_FEE": "0"})
-        )
+        env = {"TOOLSPOKE_DATA_DIR": tmp, "TOOLSPOKE_DEMO": "0", "TOOLSPOKE_DEFAULT_FEE": "0"}
+        if embeddings_url:
+            env |= {
+                "TOOLSPOKE_EMBEDDINGS": "openai",
+                "TOOLSPOKE_EMBEDDINGS_URL": embeddings_url,
+                "TOOLSPOKE_EMBEDDINGS_MODEL": "bow",
+            }
+        rt = Runtime(config.load(env=env))
         await rt.open()
         try:
             built = await worlds.build(rt, world, optimize=False)
+            if embeddings_url:
+                await backfill(rt)
             for u, key in enumerate(built.user_keys):
                 who = await worlds.principal(rt, key)
                 kits, tools = worlds.visible_kits(world, user=u), worlds.visible_tools(world, user=u)
@@ -237,3 +258,10 @@ async def _check_world(world: World) -> None:
 @given(world_of())
 def test_every_path_shows_and_runs_exactly_what_the_rules_allow(world: World) -> None:
     asyncio.run(_check_world(world))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world_of())
+def test_semantic_and_hybrid_search_show_exactly_what_the_rules_allow(world: World) -> None:
+    with EmbeddingsServer() as server:
+        asyncio.run(_check_world(world, server.base_url))

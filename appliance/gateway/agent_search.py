@@ -1,0 +1,161 @@
+"""``search_tools`` as agents call it: one ``query``, or up to five ``queries`` (use cases).
+
+A use case may carry ``known_fields`` ("city:Paris, date:2026-12-01"): the agent already holds
+those values, so tools whose input schema takes those fields are ranked up (each matched field
+is worth ``FIELD_BOOST`` places). ``toolkit``/``providers`` and ``tags`` narrow the search
+(``tags`` match a tool's group: OpenAPI tag, MCP server group, catalogue toolkit). Results of
+several use cases come grouped, each group with the ranking that served it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from appliance.errors import ArgumentsInvalid
+from appliance.gateway.runtime import Runtime
+from appliance.gateway.searching import Outcome, search
+from appliance.models import Principal, Tool
+from appliance.search import directory
+from appliance.search.text import param_names
+
+FIELD_BOOST = 5
+MAX_QUERIES = 5
+# Tags filter after ranking, so each use case looks this much deeper before cutting.
+TAG_DEPTH = 5
+
+
+def version_of(tool: Tool) -> str:
+    """A short hash of the tool's definition: changes whenever what an agent relies on changes."""
+    doc = {"n": tool.name, "d": tool.description, "k": tool.kind, "s": tool.input_schema}
+    return hashlib.blake2b(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS), digest_size=6).hexdigest()
+
+
+def parse_known_fields(text: str, where: str) -> list[str]:
+    """``"city:Paris, date: 2026-12-01"`` -> ``["city", "date"]`` (lower-cased field names)."""
+    keys = []
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        key, sep, _ = item.partition(":")
+        if not sep or not key.strip():
+            raise ArgumentsInvalid(
+                f"known_fields must be 'key:value' pairs separated by commas: {item.strip()!r}", field=where
+            )
+        keys.append(key.strip().lower())
+    return keys
+
+
+def _boost(results: list[Any], fields: list[str]) -> list[Any]:
+    if not fields:
+        return results
+    wanted = set(fields)
+
+    def place(item: tuple[int, Any]) -> float:
+        pos, r = item
+        names = {n.lower() for n in param_names(r.tool.input_schema)}
+        return pos - FIELD_BOOST * len(wanted & names)
+
+    return [r for _, r in sorted(enumerate(results), key=place)]
+
+
+async def _one(
+    rt: Runtime,
+    describe: Any,
+    use_case: str,
+    fields: list[str],
+    *,
+    args: dict[str, Any],
+    toolkit_ids: set[int] | None,
+    principal: Principal | None,
+) -> tuple[list[dict[str, Any]], Outcome]:
+    limit = args.get("limit") or rt.settings.search_default_limit
+    tags = {t.lower() for t in args.get("tags") or []}
+    deep = min(rt.settings.search_max_limit * TAG_DEPTH, 100)
+    depth = deep if (tags or fields) else limit
+    outcome = await search(
+        rt,
+        use_case,
+        toolkit=args.get("toolkit"),
+        project=args.get("project"),
+        limit=depth,
+        max_limit=max(depth, rt.settings.search_max_limit),
+        allowed_toolkit_ids=toolkit_ids,
+        principal=principal,
+    )
+    results = [r for r in outcome.results if not tags or r.tool.group.lower() in tags]
+    results = _boost(results, fields)[:limit]
+    return [{**describe(r.tool), "version": version_of(r.tool)} for r in results], outcome
+
+
+async def _toolkit_ids(rt: Runtime, providers: list[str], project: str | None) -> set[int]:
+    marks = ",".join("?" * len(providers))
+    sql = (
+        "SELECT k.id FROM toolkits k JOIN projects p ON p.id = k.project_id"
+        f" WHERE k.slug IN ({marks}) AND (? IS NULL OR p.slug = ?)"
+    )
+    async with rt.db.read() as conn:
+        rows = await conn.all(sql, [*providers, project, project])
+    return {int(r[0]) for r in rows}
+
+
+def _suggestions(
+    query: str, results: list[dict[str, Any]], installed: tuple[list[str], list[str]]
+) -> dict[str, Any]:
+    best = 0.0
+    if results:
+        top = results[0]
+        best = directory.coverage(
+            query, directory.stems_of(f"{top['toolkit']} {top['name']} {top['description']}")
+        )
+    found = directory.suggest(query, installed[0], installed[1], best)
+    return {"suggestions": found} if found else {}
+
+
+async def _installed(rt: Runtime) -> tuple[list[str], list[str]]:
+    async with rt.db.read() as conn:
+        rows = await conn.all("SELECT slug, source FROM toolkits")
+    return [str(r[0]) for r in rows], [str(r[1]) for r in rows]
+
+
+async def search_for_agent(
+    rt: Runtime,
+    args: dict[str, Any],
+    describe: Any,
+    *,
+    principal: Principal | None = None,
+    can_install: bool = False,
+) -> dict[str, Any]:
+    """``{"results", "ranking"}`` for a ``query``; ``{"groups": [...]}`` for ``queries``.
+
+    ``can_install``: the caller may install toolkits, so well-known toolkits that are not
+    installed and match better than anything installed come back as ``suggestions`` (beside
+    the results, never among them), each with the command or admin-API call that installs it.
+    """
+    query, queries = args.get("query"), args.get("queries")
+    if (query is None) == (queries is None):
+        raise ArgumentsInvalid("give either 'query' or 'queries' (1 to 5 use cases)", field="/query")
+    providers = args.get("providers")
+    toolkit_ids = await _toolkit_ids(rt, providers, args.get("project")) if providers else None
+    installed = await _installed(rt) if can_install else None
+    if query is not None:
+        results, outcome = await _one(
+            rt, describe, query, [], args=args, toolkit_ids=toolkit_ids, principal=principal
+        )
+        extra = _suggestions(query, results, installed) if installed else {}
+        return {"results": results, "ranking": outcome.ranking, **extra}
+    groups = []
+    for i, item in enumerate(queries or []):
+        fields = parse_known_fields(item.get("known_fields") or "", f"/queries/{i}/known_fields")
+        results, outcome = await _one(
+            rt, describe, item["use_case"], fields, args=args, toolkit_ids=toolkit_ids, principal=principal
+        )
+        group: dict[str, Any] = {"use_case": item["use_case"], "ranking": outcome.ranking, "results": results}
+        if item.get("known_fields"):
+            group["known_fields"] = item["known_fields"]
+        if installed:
+            group.update(_suggestions(item["use_case"], results, installed))
+        groups.append(group)
+    return {"groups": groups}

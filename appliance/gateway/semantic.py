@@ -1,0 +1,131 @@
+"""The semantic pass as the running appliance holds it: provider, circuit breaker, counters.
+
+One ``Semantic`` per ``Runtime``. Searches ask it for a query vector; it answers None (search
+stays lexical) when no provider is configured, the breaker is open, or the provider fails or
+misses its deadline, and in the last two cases opens the breaker for
+``embeddings_breaker_s`` so a dead endpoint costs one deadline, not one per search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+
+import numpy as np
+
+from appliance.config import Settings
+from appliance.errors import ConfigError
+from appliance.search.embedders import Embedder, EmbeddingError, HttpEmbedder, LocalEmbedder
+
+log = logging.getLogger(__name__)
+
+OPENROUTER_URL = "https://openrouter.ai/api/v1"
+OPENROUTER_MODEL = "openai/text-embedding-3-small"
+# A search whose best fused or lexical score is below this is "low-score" in the counters.
+LOW_COSINE = 0.25
+
+
+def build_provider(settings: Settings) -> Embedder | None:
+    """The configured provider, or None; a half-configured one is a ConfigError naming the setting."""
+    if settings.embeddings == "none":
+        return None
+    if settings.embeddings == "local":
+        try:
+            return LocalEmbedder()
+        except EmbeddingError as exc:
+            raise ConfigError(f"embeddings = local: {exc.reason}", field="embeddings") from None
+    url = settings.embeddings_url
+    key = settings.embeddings_api_key
+    model = settings.embeddings_model
+    if url is None and settings.openrouter_api_key:
+        url, key = OPENROUTER_URL, key or settings.openrouter_api_key
+        model = model or OPENROUTER_MODEL
+    if not url:
+        raise ConfigError(
+            "embeddings = openai needs embeddings_url (or OPENROUTER_API_KEY)", field="embeddings_url"
+        )
+    if not model:
+        raise ConfigError("embeddings = openai needs embeddings_model", field="embeddings_model")
+    try:
+        return HttpEmbedder(url, model, api_key=key, dimensions=settings.embeddings_dimensions)
+    except EmbeddingError as exc:
+        raise ConfigError(f"embeddings_url: {exc.reason}", field="embeddings_url") from None
+
+
+class Semantic:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._provider: Embedder | None = None
+        self._built = False
+        self._open_until = 0.0
+        self.counts: Counter[str] = Counter()
+        self.last_error = ""
+        self._wake: asyncio.Event | None = None
+
+    @property
+    def provider(self) -> Embedder | None:
+        if not self._built:
+            self._provider = build_provider(self.settings)
+            self._built = True
+        return self._provider
+
+    @property
+    def model_id(self) -> str | None:
+        provider = self.provider
+        return None if provider is None else provider.model_id
+
+    def breaker_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    async def query_vector(self, text: str) -> np.ndarray | None:
+        """The query's vector, or None (the search goes lexical); never raises."""
+        provider = self.provider
+        if provider is None or self.breaker_open():
+            if provider is not None:
+                self.counts["breaker_open"] += 1
+            return None
+        try:
+            rows = await provider.embed([text], timeout_s=self.settings.embeddings_timeout_s)
+        except EmbeddingError as exc:
+            self._trip(exc.reason)
+            return None
+        return rows[0]
+
+    def _trip(self, reason: str) -> None:
+        self.counts["provider_errors"] += 1
+        self.last_error = reason
+        self._open_until = time.monotonic() + self.settings.embeddings_breaker_s
+        log.warning(
+            "embedding provider failed (%s); searches are lexical for %g s",
+            reason,
+            self.settings.embeddings_breaker_s,
+        )
+
+    def note_outcome(self, query: str, count: int, best: float | None, ranking: str) -> None:
+        """Count (and log) searches that found nothing or found only weak matches."""
+        self.counts[f"ranking_{ranking}"] += 1
+        weak = ranking != "lexical" and best is not None and best < LOW_COSINE
+        if count and not weak:
+            return
+        what = "zero_results" if not count else "low_score"
+        self.counts[what] += 1
+        if self.settings.search_log_queries:
+            log.info("search with %s: %r", what.replace("_", " "), query[:200])
+        else:
+            log.info("search with %s (query text not logged; see search_log_queries)", what.replace("_", " "))
+
+    # The backfill task sleeps on this; imports and re-syncs in this process set it.
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def wake_event(self) -> asyncio.Event:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        return self._wake
+
+    async def aclose(self) -> None:
+        if self._provider is not None:
+            await self._provider.aclose()

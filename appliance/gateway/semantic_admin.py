@@ -1,0 +1,38 @@
+"""Operating the semantic pass: its status and the run-time kill switch (CLI and admin API)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.gateway.runtime import Runtime
+from appliance.search import vectors
+
+
+async def switch(rt: Runtime, enabled: bool) -> None:
+    """Turn the semantic pass on or off for every process using this database, at once."""
+    async with rt.db.write() as tx:
+        await vectors.set_semantic_switch(tx, enabled)
+
+
+async def status(rt: Runtime) -> dict[str, Any]:
+    sem = rt.semantic
+    model_id = sem.model_id
+
+    def read(reader: Any) -> tuple[str | None, tuple[int, int]]:
+        row = reader.one("SELECT value FROM search_state WHERE key = 'semantic'")
+        covered = vectors.coverage_in(reader, model_id) if model_id else (0, 0)
+        return (None if row is None else str(row[0])), covered
+
+    async with rt.db.read() as conn:
+        switch_value, (embedded, tools) = await conn.batch(read)
+    enabled = rt.settings.semantic_search if switch_value is None else switch_value != "off"
+    return {
+        "enabled": enabled,
+        "provider": rt.settings.embeddings,
+        "model": model_id,
+        "embedded": embedded,
+        "tools": tools,
+        "breaker_open": sem.breaker_open(),
+        "counts": dict(sem.counts),
+        "last_error": sem.last_error,
+    }

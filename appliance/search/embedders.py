@@ -1,0 +1,216 @@
+"""Embedding providers behind one interface: the local model, an OpenAI-compatible endpoint, none.
+
+Every provider turns texts into L2-normalised float32 vectors (rows of a numpy array), so the
+vector store can rank by cosine whatever produced them. ``model_id`` names the vectors: stored
+vectors whose id differs from the configured provider's are stale and get re-embedded.
+
+- ``LocalEmbedder``: all-MiniLM-L6-v2, int8 ONNX, run by onnxruntime with the model's own
+  WordPiece tokenizer (``tokenizers``). No network and no PyTorch. The model files are built by
+  ``make model`` (``build/make_model.py``) into ``appliance/search/model/`` and ship in the binary.
+  One onnxruntime thread: measured 3.4 ms per query, and it leaves the second core to SQLite
+  and HTTP (two threads fight the event loop's thread on a 2-core machine).
+- ``HttpEmbedder``: POST ``{base}/embeddings`` as OpenAI defines it (OpenRouter, Ollama,
+  llama.cpp's server, TEI, vLLM...). The URL is the operator's own configuration, so it is not
+  put through the tool-call SSRF guard (which exists to keep *imported specs* from steering
+  calls at internal addresses); redirects are not followed, so the endpoint cannot send the
+  request elsewhere. Every failure (status, timeout, malformed body, wrong count or dimension,
+  non-finite numbers) is an ``EmbeddingError`` with a reason that names no secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+
+MODEL_DIR = Path(__file__).resolve().parent / "model"
+MODEL_FILE = "minilm-l6-v2-int8.onnx"
+LOCAL_DIM = 384
+# The model's own limit (sentence-transformers' max_seq_length for all-MiniLM-L6-v2).
+MAX_TOKENS = 256
+# Texts per forward pass: one. Dynamic int8 quantisation scales activations per batch, so a
+# text embedded beside others came out slightly different (cosine 0.992) from the same text
+# alone; one at a time, a tool's vector depends on its text only (as its hash promises) and
+# matches how queries are embedded. Batching bought nothing measurable on 1 thread here.
+LOCAL_BATCH = 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class EmbeddingError(Exception):
+    """The provider could not embed; ``reason`` is safe to show and log."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Embedder(Protocol):
+    model_id: str
+
+    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> np.ndarray:
+        """One L2-normalised float32 row per text, in order."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def normalise(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def local_model_available(model_dir: Path = MODEL_DIR) -> bool:
+    return (model_dir / MODEL_FILE).is_file() and (model_dir / "tokenizer.json").is_file()
+
+
+class LocalEmbedder:
+    """The bundled model; loaded on first use (about 0.3 s), then shared."""
+
+    def __init__(self, model_dir: Path = MODEL_DIR, threads: int = 1):
+        if not local_model_available(model_dir):
+            raise EmbeddingError(f"the local model is not installed in {model_dir} (run `make model`)")
+        self._dir = model_dir
+        self._threads = threads
+        digest = hashlib.sha256((model_dir / MODEL_FILE).read_bytes()).hexdigest()[:12]
+        # int8 results differ slightly between CPUs, so the id also carries the model file's hash.
+        self.model_id = f"local/all-MiniLM-L6-v2-int8@{digest}"
+        self._session: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+        # One worker: embedding is CPU-bound, a second concurrent run would only fight the first.
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+
+    def _load(self) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        with self._lock:
+            if self._session is not None:
+                return
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = self._threads
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3
+            tok = Tokenizer.from_file(str(self._dir / "tokenizer.json"))
+            tok.no_padding()
+            tok.enable_truncation(MAX_TOKENS)
+            self._tokenizer = tok
+            self._session = ort.InferenceSession(
+                str(self._dir / MODEL_FILE), sess_options=opts, providers=["CPUExecutionProvider"]
+            )
+
+    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed in this thread (the CLI's backfill and the bench call this directly)."""
+        if self._session is None:
+            self._load()
+        out = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
+        if not texts:
+            return out
+        encoded = self._tokenizer.encode_batch([t or " " for t in texts])
+        # Similar lengths together: a batch pads to its longest member.
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids))
+        for start in range(0, len(order), LOCAL_BATCH):
+            chunk = order[start : start + LOCAL_BATCH]
+            width = max(len(encoded[i].ids) for i in chunk)
+            ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                n = len(encoded[i].ids)
+                ids[row, :n] = encoded[i].ids
+                mask[row, :n] = 1
+            out[chunk] = self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        return out
+
+    async def warm(self) -> None:
+        """Load the model now (about 0.3 s), outside any search's deadline."""
+        if self._session is None:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+
+    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        try:
+            # Loading is local and bounded; only the embedding itself counts against the
+            # deadline, or the first search after start would trip the breaker.
+            await self.warm()
+            return await asyncio.wait_for(
+                loop.run_in_executor(self._pool, self.embed_sync, list(texts)), timeout_s
+            )
+        except TimeoutError:
+            raise EmbeddingError(f"the local model took longer than {timeout_s:g} s") from None
+        except Exception as exc:  # noqa: BLE001 - an onnxruntime failure must not fail a search
+            raise EmbeddingError(f"the local model failed: {type(exc).__name__}") from None
+
+    async def aclose(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, dimensions: int | None = None):
+        if not base_url.startswith(("http://", "https://")):
+            raise EmbeddingError("the embeddings URL must start with http:// or https://")
+        self._url = base_url.rstrip("/") + "/embeddings"
+        self._model = model
+        self._dimensions = dimensions
+        self.model_id = f"http/{model}" + (f"@{dimensions}" if dimensions else "")
+        headers = {"Content-Type": "application/json"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._client = httpx.AsyncClient(headers=headers, follow_redirects=False, trust_env=False)
+
+    async def embed(self, texts: Sequence[str], *, timeout_s: float) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        body: dict[str, Any] = {"model": self._model, "input": list(texts)}
+        if self._dimensions:
+            body["dimensions"] = self._dimensions
+        try:
+            resp = await asyncio.wait_for(
+                self._client.post(self._url, json=body, timeout=timeout_s), timeout_s
+            )
+        except (TimeoutError, httpx.TimeoutException):
+            raise EmbeddingError(f"the embeddings endpoint did not answer within {timeout_s:g} s") from None
+        except httpx.HTTPError as exc:
+            raise EmbeddingError(f"the embeddings endpoint is unreachable ({type(exc).__name__})") from None
+        if resp.status_code != 200:
+            raise EmbeddingError(f"the embeddings endpoint answered HTTP {resp.status_code}")
+        return self._parse(resp.content, len(texts))
+
+    def _parse(self, content: bytes, count: int) -> np.ndarray:
+        try:
+            import orjson
+
+            doc = orjson.loads(content)
+            items = sorted(doc["data"], key=lambda d: int(d.get("index", 0)))
+            rows = [d["embedding"] for d in items]
+        except Exception:  # noqa: BLE001 - any malformed body is one kind of failure
+            raise EmbeddingError("the embeddings endpoint answered with a malformed body") from None
+        if len(rows) != count:
+            raise EmbeddingError(f"the embeddings endpoint returned {len(rows)} vectors for {count} texts")
+        dims = {len(r) if isinstance(r, list) else -1 for r in rows}
+        if len(dims) != 1 or min(dims) <= 0:
+            raise EmbeddingError("the embeddings endpoint returned vectors of differing dimensions")
+        dim = dims.pop()
+        if self._dimensions and dim != self._dimensions:
+            raise EmbeddingError(
+                f"the embeddings endpoint returned {dim} dimensions, expected {self._dimensions}"
+            )
+        try:
+            wide = np.asarray(rows, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise EmbeddingError("the embeddings endpoint returned non-numeric vectors") from None
+        # Checked in float64: a value beyond float32's range would turn into inf on the cast.
+        if not np.all(np.isfinite(wide)) or float(np.abs(wide).max()) > _FLOAT32_MAX:
+            raise EmbeddingError("the embeddings endpoint returned non-finite numbers")
+        return normalise(wide.astype(np.float32))
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,194 @@
+"""Semantic search end to end: a real appliance, the real CLI, a real SDK client, and either
+the bundled local model (offline) or a real OpenAI-compatible endpoint on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from appliance.search.embedders import local_model_available
+from tests.support.clients import connect
+from tests.support.embeddings_server import EmbeddingsServer
+from tests.support.servers import ADMIN_KEY, REPO, Appliance, cli, running_appliance
+
+pytestmark = pytest.mark.e2e
+
+TOOLS = [
+    ("office", "build_deck", "Build a PowerPoint deck from an outline and save it."),
+    ("office", "write_document", "Write a Word document with headings and paragraphs."),
+    ("files", "delete_file", "Remove a file from disk."),
+    ("weather", "get_forecast", "Weather forecast for a city for the next days."),
+    ("crm", "list_contacts", "List the contacts stored in the CRM."),
+    ("crm", "create_contact", "Add a new contact to the CRM."),
+]
+# No word of this query is in the deck tool's text: only the semantic pass can find it.
+QUERY = "make slides for the quarterly results meeting"
+
+
+def catalogue(path: Path, tools: list[tuple[str, str, str]] = TOOLS) -> Path:
+    lines = [
+        json.dumps({"toolkit": k, "name": n, "description": d, "input_schema": {"type": "object"}})
+        for k, n, d in tools
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def provider_env(server: EmbeddingsServer) -> dict[str, str]:
+    """An appliance using the loopback embeddings server as its OpenAI-compatible provider."""
+    return {
+        "TOOLSPOKE_EMBEDDINGS": "openai",
+        "TOOLSPOKE_EMBEDDINGS_URL": server.base_url,
+        "TOOLSPOKE_EMBEDDINGS_MODEL": "bow",
+        "TOOLSPOKE_DEMO": "false",
+        "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
+    }
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+async def search(app: Appliance, query: str = QUERY) -> dict[str, Any]:
+    async with connect(app) as client:
+        result = await client.call_tool("search_tools", {"query": query})
+        assert result.is_error is False, result
+        return dict(result.structured_content or {})
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.skipif(not local_model_available(), reason="the local model is built by `make model`")
+def test_the_local_model_serves_hybrid_search_offline_and_the_kill_switch_works_without_restart(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    env = {"TOOLSPOKE_EMBEDDINGS": "local", "TOOLSPOKE_DEMO": "false", "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}
+    ok(cli(data, "init", env=env))
+    ok(cli(data, "import", "catalog", str(catalogue(tmp_path / "c.jsonl")), "--slug", "kit", env=env))
+    filled = json.loads(ok(cli(data, "backfill", "--json", env=env, timeout=120)))
+    assert filled["embedded"] == len(TOOLS) and filled["model"].startswith("local/all-MiniLM-L6-v2-int8@")
+    with running_appliance(data, env=env) as app:
+        found = run(search(app))
+        assert found["ranking"] == "hybrid"
+        assert found["results"][0]["name"] == "kit__office_build_deck"
+
+        # The kill switch from the CLI, beside the running server: the next search is lexical.
+        assert "semantic search off" in ok(cli(data, "semantic", "off", env=env))
+        assert run(search(app))["ranking"] == "lexical"
+        # ... and from the admin API, back on.
+        with httpx.Client(base_url=app.base_url, headers={"Authorization": f"Bearer {app.key}"}) as api:
+            r = api.put("/api/v1/search/semantic", json={"enabled": True}, timeout=30)
+            assert r.status_code == 200 and r.json()["enabled"] is True
+            assert r.json()["embedded"] == r.json()["tools"] == len(TOOLS)
+            bad = api.put("/api/v1/search/semantic", json={"enabled": "no"}, timeout=30)
+            assert bad.status_code == 422 and bad.json()["error"]["field"] == "enabled"
+        assert run(search(app))["ranking"] == "hybrid"
+
+
+def test_a_failing_provider_leaves_search_lexical_within_its_deadline_and_opens_the_breaker(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with EmbeddingsServer() as server:
+        env = {
+            **provider_env(server),
+            "TOOLSPOKE_EMBEDDINGS_TIMEOUT_S": "0.5",
+            "TOOLSPOKE_EMBEDDINGS_BREAKER_S": "300",
+        }
+        ok(cli(data, "init", env=env))
+        ok(cli(data, "import", "catalog", str(catalogue(tmp_path / "c.jsonl")), "--slug", "kit", env=env))
+        ok(cli(data, "backfill", env=env))
+        with running_appliance(data, env=env) as app:
+            assert run(search(app, "weather forecast"))["ranking"] == "hybrid"
+            server.mode = "slow"
+            before = len(server.requests)
+            started = time.monotonic()
+            found = run(search(app, "weather forecast"))
+            first_s = time.monotonic() - started
+            assert found["ranking"] == "lexical"
+            assert found["results"][0]["name"] == "kit__weather_get_forecast"
+            assert first_s < 0.5 + 2.0  # the deadline, plus a client connection on a loaded machine
+            # The breaker is open: the next searches do not wait for the provider at all.
+            started = time.monotonic()
+            for _ in range(3):
+                assert run(search(app, "weather forecast"))["ranking"] == "lexical"
+            assert time.monotonic() - started < first_s * 3
+            assert server.query_requests(before) == 1
+        assert any("embedding provider failed" in line for line in app.output)
+
+
+def test_a_backfill_killed_mid_way_resumes_and_embeds_no_tool_twice(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    tools = [("kit", f"tool_{i}", f"Tool number {i} does thing {i}.") for i in range(20)]
+    with EmbeddingsServer(hold_after=2) as server:
+        env = provider_env(server)
+        ok(cli(data, "init", env=env))
+        ok(
+            cli(
+                data,
+                "import",
+                "catalog",
+                str(catalogue(tmp_path / "c.jsonl", tools)),
+                "--slug",
+                "kit",
+                env=env,
+            )
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "backfill", "--batch", "4"],
+            env={**os.environ, "TOOLSPOKE_DATA_DIR": str(data), **env},
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            # Two batches answered and stored; the third is in flight when the process dies.
+            assert server.held.wait(60), "the backfill never reached its third batch"
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=15)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        server.hold_after = None
+        server.release()
+        status = json.loads(ok(cli(data, "semantic", "--json", env=env)))
+        assert (status["embedded"], status["tools"]) == (8, 20)
+        resumed = json.loads(ok(cli(data, "backfill", "--json", "--batch", "4", env=env)))
+        assert resumed["embedded"] == 12
+        status = json.loads(ok(cli(data, "semantic", "--json", env=env)))
+        assert status["embedded"] == status["tools"] == 20
+    answered = Counter(server.answered)
+    assert len(answered) == 20 and set(answered.values()) == {1}
+
+
+def test_serve_backfills_in_the_background_and_then_answers_hybrid(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with EmbeddingsServer() as server:
+        env = provider_env(server)
+        ok(cli(data, "init", env=env))
+        ok(cli(data, "import", "catalog", str(catalogue(tmp_path / "c.jsonl")), "--slug", "kit", env=env))
+        server.expect_answered = len(TOOLS)
+        with running_appliance(data, env=env) as app:
+            assert server.reached.wait(60), "the background backfill did not embed the catalogue"
+            # The batch is answered before it is committed: the next search may still be lexical
+            # for a moment, so search until hybrid, bounded.
+            deadline = time.monotonic() + 30
+            ranking = run(search(app, "weather forecast"))["ranking"]
+            while ranking != "hybrid" and time.monotonic() < deadline:
+                ranking = run(search(app, "weather forecast"))["ranking"]
+            assert ranking == "hybrid"

@@ -1,0 +1,128 @@
+"""Backfill against a real database and a real embeddings endpoint on loopback: what gets
+embedded, what is reused, what a model change does, and that search then goes hybrid."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from appliance import config
+from appliance.gateway.backfill import backfill
+from appliance.gateway.imports import import_catalog
+from appliance.gateway.runtime import Runtime
+from appliance.gateway.searching import search
+from tests.support.embeddings_server import EmbeddingsServer
+
+T = TypeVar("T")
+TOOLS = [
+    ("slides", "create_presentation", "Create a new presentation file with a title slide."),
+    ("slides", "add_slide", "Add a slide with a heading and bullet points to a presentation."),
+    ("files", "write_file", "Write text content to a file on disk."),
+    ("files", "read_file", "Read the content of a file from disk."),
+    ("weather", "get_forecast", "Weather forecast for a city for the next days."),
+]
+
+
+def catalogue(path: Path, tools: list[tuple[str, str, str]]) -> str:
+    lines = [
+        json.dumps({"toolkit": k, "name": n, "description": d, "input_schema": {"type": "object"}})
+        for k, n, d in tools
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def with_runtime(
+    tmp_path: Path, server: EmbeddingsServer, work: Callable[[Runtime], Awaitable[T]], model: str = "bow"
+) -> T:
+    settings = config.load(
+        cli={
+            "data_dir": str(tmp_path / "data"),
+            "embeddings": "openai",
+            "embeddings_url": server.base_url,
+            "embeddings_model": model,
+        },
+        env={},
+    )
+
+    async def main() -> T:
+        rt = Runtime(settings)
+        await rt.open()
+        try:
+            return await work(rt)
+        finally:
+            await rt.close()
+
+    return asyncio.run(main())
+
+
+def test_every_tool_is_embedded_once_and_a_second_run_embeds_nothing(tmp_path: Path) -> None:
+    source = catalogue(tmp_path / "c.jsonl", TOOLS)
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[int, int, int]:
+            await import_catalog(rt, source, slug="kit")
+            first = await backfill(rt, batch=2)
+            second = await backfill(rt, batch=2)
+            return first.embedded, second.embedded, first.tools
+
+        first, second, tools = with_runtime(tmp_path, server, work)
+    assert (first, second, tools) == (5, 0, 5)
+    assert len(server.requests) == 3  # batches of 2, 2, 1
+    assert sorted(Counter(server.answered).values()) == [1] * 5
+
+
+def test_a_reimport_embeds_only_the_tool_whose_text_changed(tmp_path: Path) -> None:
+    changed = [*TOOLS[:-1], ("weather", "get_forecast", "Hourly weather forecast and rain radar for a city.")]
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[int, int, int]:
+            await import_catalog(rt, catalogue(tmp_path / "a.jsonl", TOOLS), slug="kit")
+            # A later toolkit holds the highest ids, so the re-imported tools get new ones.
+            await import_catalog(rt, catalogue(tmp_path / "z.jsonl", [("z", "zz", "Last tool.")]), slug="z")
+            await backfill(rt)
+            await import_catalog(rt, catalogue(tmp_path / "b.jsonl", changed), slug="kit", replace=True)
+            again = await backfill(rt)
+            return again.embedded, again.reused, again.removed
+
+        embedded, reused, removed = with_runtime(tmp_path, server, work)
+    assert (embedded, reused, removed) == (1, 4, 5)
+    assert server.requests[-1] == [t for t in server.requests[-1] if "rain radar" in t]
+
+
+def test_a_model_change_re_embeds_every_tool(tmp_path: Path) -> None:
+    source = catalogue(tmp_path / "c.jsonl", TOOLS)
+    with EmbeddingsServer() as server:
+
+        async def first(rt: Runtime) -> int:
+            await import_catalog(rt, source, slug="kit")
+            return (await backfill(rt)).embedded
+
+        async def second(rt: Runtime) -> int:
+            return (await backfill(rt)).embedded
+
+        assert with_runtime(tmp_path, server, first, model="bow-1") == 5
+        assert with_runtime(tmp_path, server, second, model="bow-2") == 5
+        assert with_runtime(tmp_path, server, second, model="bow-2") == 0
+
+
+def test_search_is_hybrid_once_the_catalogue_is_embedded_and_lexical_before(tmp_path: Path) -> None:
+    source = catalogue(tmp_path / "c.jsonl", TOOLS)
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[str, str, str, str]:
+            await import_catalog(rt, source, slug="kit")
+            before = await search(rt, "presentation slide")
+            await backfill(rt)
+            after = await search(rt, "presentation slide")
+            explicit = await search(rt, "presentation slide", ranking="lexical")
+            return before.ranking, before.reason, after.ranking, explicit.ranking
+
+        before, reason, after, explicit = with_runtime(tmp_path, server, work)
+    assert (before, reason) == ("lexical", "not_embedded")
+    assert after == "hybrid"
+    assert explicit == "lexical"

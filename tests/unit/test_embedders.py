@@ -1,0 +1,105 @@
+"""Embedding providers: the bundled local model, and an OpenAI-compatible endpoint served for
+real on loopback (tests/support/embeddings_server.py), including every way it can fail."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from appliance.search.embedders import EmbeddingError, HttpEmbedder, LocalEmbedder, local_model_available
+from tests.support.embeddings_server import DIM, EmbeddingsServer
+
+
+def _embed(server: EmbeddingsServer, texts: list[str], timeout_s: float = 5.0, **kw: object) -> np.ndarray:
+    async def main() -> np.ndarray:
+        emb = HttpEmbedder(server.base_url, "test-model", api_key="sk-test-secret", **kw)  # type: ignore[arg-type]
+        try:
+            return await emb.embed(texts, timeout_s=timeout_s)
+        finally:
+            await emb.aclose()
+
+    return asyncio.run(main())
+
+
+def test_an_openai_compatible_endpoint_returns_normalised_vectors_in_order() -> None:
+    with EmbeddingsServer() as server:
+        rows = _embed(server, ["list pets", "weather in paris", "list pets"])
+        assert rows.shape == (3, DIM) and rows.dtype == np.float32
+        assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+        assert np.allclose(rows[0], rows[2]) and not np.allclose(rows[0], rows[1])
+        assert server.auth == ["Bearer sk-test-secret"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("error", "HTTP 500"),
+        ("malformed", "malformed body"),
+        ("wrong_count", "returned 1 vectors for 2 texts"),
+        ("nan", "non-finite"),
+    ],
+)
+def test_a_failing_endpoint_is_an_embedding_error_that_names_the_failure(mode: str, says: str) -> None:
+    with EmbeddingsServer(mode=mode) as server, pytest.raises(EmbeddingError) as info:
+        _embed(server, ["a", "b"])
+    assert says in info.value.reason
+    assert "sk-test-secret" not in info.value.reason
+
+
+def test_vectors_of_the_wrong_dimension_are_refused() -> None:
+    with EmbeddingsServer(mode="wrong_dim") as server, pytest.raises(EmbeddingError, match="16 dimensions"):
+        _embed(server, ["a"], dimensions=DIM)
+
+
+def test_a_slow_endpoint_fails_at_the_deadline_not_later() -> None:
+    with EmbeddingsServer(mode="slow", delay_s=10) as server:
+        started = time.monotonic()
+        with pytest.raises(EmbeddingError, match=r"did not answer within 0\.3 s"):
+            _embed(server, ["a"], timeout_s=0.3)
+        assert time.monotonic() - started < 2.0
+
+
+def test_an_unreachable_endpoint_is_an_embedding_error() -> None:
+    with EmbeddingsServer() as server:
+        url = server.base_url
+    emb_error = None
+    try:
+
+        async def main() -> None:
+            emb = HttpEmbedder(url, "m")
+            try:
+                await emb.embed(["a"], timeout_s=2)
+            finally:
+                await emb.aclose()
+
+        asyncio.run(main())
+    except EmbeddingError as exc:
+        emb_error = exc
+    assert emb_error is not None and "unreachable" in emb_error.reason
+
+
+def test_a_url_that_is_not_http_is_refused() -> None:
+    with pytest.raises(EmbeddingError, match="http:// or https://"):
+        HttpEmbedder("file:///etc/passwd", "m")
+
+
+@pytest.mark.skipif(not local_model_available(), reason="the local model is built by `make model`")
+def test_the_local_model_puts_a_paraphrase_closer_than_an_unrelated_sentence() -> None:
+    emb = LocalEmbedder()
+    rows = emb.embed_sync(
+        [
+            "make a slide deck about Q3",
+            "create a PowerPoint presentation",
+            "delete a row from a database table",
+        ]
+    )
+    assert rows.shape == (3, 384)
+    assert np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-4)
+    assert float(rows[0] @ rows[1]) > float(rows[0] @ rows[2]) + 0.1
+    # Batching and padding do not change a text's vector.
+    alone = emb.embed_sync(["create a PowerPoint presentation"])[0]
+    assert float(alone @ rows[1]) > 0.999
+    assert emb.model_id.startswith("local/all-MiniLM-L6-v2-int8@")

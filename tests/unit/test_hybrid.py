@@ -1,0 +1,40 @@
+"""Hybrid fusion (pure): what the fused order promises, on hand-made candidate lists."""
+
+from __future__ import annotations
+
+from appliance.search import hybrid
+
+
+def test_a_tool_first_in_both_lists_is_first_after_fusion() -> None:
+    fused = hybrid.fuse([(1, 9.0), (2, 5.0), (3, 1.0)], [(1, 0.8), (3, 0.5), (2, 0.2)], limit=3)
+    assert fused[0].tool_id == 1
+    assert fused[0].lexical_rank == 1 and fused[0].semantic_rank == 1
+
+
+def test_a_strong_semantic_match_the_words_missed_enters_the_results() -> None:
+    lexical = [(10, 3.0), (11, 2.9), (12, 2.8), (13, 2.7)]
+    semantic = [(99, 0.9), (10, 0.3), (11, 0.29), (12, 0.28)]
+    ids = [f.tool_id for f in hybrid.fuse(lexical, semantic, limit=3)]
+    assert 99 in ids
+    only_lexical = next(f for f in hybrid.fuse(lexical, semantic, limit=5) if f.tool_id == 99)
+    assert only_lexical.lexical_rank is None and only_lexical.semantic_score == 0.9
+
+
+def test_fusion_cuts_to_the_limit_and_handles_empty_sides() -> None:
+    assert len(hybrid.fuse([(i, float(100 - i)) for i in range(50)], [], limit=8)) == 8
+    assert [f.tool_id for f in hybrid.fuse([], [(5, 0.5), (6, 0.4)], limit=8)] == [5, 6]
+    assert hybrid.fuse([], [], limit=8) == []
+    assert hybrid.fuse([(1, 1.0)], [(1, 0.5)], limit=0) == []
+
+
+def test_equal_scores_keep_the_lexical_order() -> None:
+    fused = hybrid.fuse([(4, 1.0), (5, 1.0), (6, 1.0)], [], limit=3)
+    assert [f.tool_id for f in fused] == [4, 5, 6]
+
+
+def test_the_service_boost_lifts_a_sibling_of_the_best_match() -> None:
+    lexical = [(1, 10.0), (2, 6.0), (3, 6.0)]
+    semantic = [(1, 0.9), (2, 0.5), (3, 0.5)]
+    # 2 and 3 tie without the boost; 3 shares a service with the winner, 2 does not.
+    fused = hybrid.fuse(lexical, semantic, limit=3, toolkit_of={1: 7, 2: 8, 3: 7})
+    assert [f.tool_id for f in fused] == [1, 3, 2]
