@@ -14,8 +14,9 @@ The rules (issue 4):
 - A caller without a key (``anonymous``) sees published toolkits only, and may not call.
 - The operator (CLI without a key) sees everything.
 
-Everything is decided in one reader hop and kept in the reader's memo, which SQLite's
-``data_version`` clears on any commit: a revoked grant counts from the next request on.
+Everything is decided in one reader hop and kept in the reader's memo, which the cache
+generation (``db/generation.py``) clears on any commit that changed access: a revoked grant
+counts from the next request on.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -25,6 +26,7 @@ import orjson
 import sqlean
 import sqlite_vec
 
+from appliance.db import generation
 from appliance.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
@@ -78,7 +80,7 @@ def check_capabilities(conn: sqlean.Connection) -> None:
     if "ENABLE_FTS5" not in options:
         raise ConfigError("this SQLite build has no FTS5; toolspoke's search needs it")
     try:
-        conn.execute("SELECT vec_version()").fetchone()
+        conn.execute("SELECT vec_version()").fetchall()
     except sqlean.OperationalError:
         raise ConfigError("sqlite-vec (vec0) is not loaded; toolspoke's vector search needs it") from None
 
@@ -87,8 +89,9 @@ class SyncReader:
     """The same connection, used synchronously inside its own thread (see ``ReadConn.batch``).
 
     ``memo`` is a scratch dict that stays valid until the database changes: it is cleared
-    whenever ``PRAGMA data_version`` moves, which it does after any commit by any other
-    connection or process. Rooms use it to cache derived figures (e.g. token frequencies).
+    whenever the cache generation moves (``db/generation.py``), which it does after any
+    commit by any connection or process that changed something other than the call records.
+    Rooms use it to cache derived figures (e.g. token frequencies, a caller's scope).
     """
 
     def __init__(self, conn: sqlean.Connection, memo: dict[str, Any]):
@@ -99,19 +102,46 @@ class SyncReader:
         return list(self._conn.execute(sql, params).fetchall())
 
     def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        return self._conn.execute(sql, params).fetchone()
+        cursor = self._conn.execute(sql, params)
+        try:
+            return cursor.fetchone()
+        finally:
+            # Reset the statement now: one left stepping (an INSERT … RETURNING read once)
+            # would make the COMMIT of ``Database.write_batch`` fail with "SQL statements
+            # in progress".
+            cursor.close()
 
 
 _MEMOS: dict[int, tuple[int, dict[str, Any]]] = {}
+# (database, memo, task) for ``Database.one_look``.
+_PINNED: contextvars.ContextVar[tuple[Database, dict[Hashable, Any], asyncio.Task[Any] | None] | None] = (
+    contextvars.ContextVar("toolspoke_pinned_memo", default=None)
+)
+_COUNTER_SQL: dict[int, str] = {}
 
 
 def _run_batch(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
-    version = conn.execute("PRAGMA data_version").fetchone()[0]
+    sql = _COUNTER_SQL.get(id(conn))
+    if sql is None:
+        sql = _COUNTER_SQL[id(conn)] = generation.counter_sql(conn)
+    version = generation.read(conn, sql)
     seen = _MEMOS.get(id(conn))
     if seen is None or seen[0] != version:
         seen = (version, {})
         _MEMOS[id(conn)] = seen
     return fn(SyncReader(conn, seen[1]))
+
+
+def _run_transaction(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = _run_batch(conn, fn)
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.execute("ROLLBACK")
+        raise
+    return result
 
 
 class ReadConn:
@@ -180,6 +210,8 @@ class Database:
         self._write_lock = asyncio.Lock()
         self._probe: sqlean.Connection | None = None
         self._memo: tuple[int | None, dict[Hashable, Any]] = (None, {})
+        self._counter_sql = generation.COUNTER_SQL
+        self._checked = False
         # Counts this process's commits, so a cache of derived figures (the ledger's) can tell
         # that another writer changed the database without asking it.
         self.generation = 0
@@ -193,10 +225,13 @@ class Database:
             self._writer = await self._open_one(path, writer=True)
             await self._writer._execute(check_capabilities, self._writer._conn)
             await self._writer._execute(apply_migrations, self._writer._conn, migrations_dir)
+            await self._writer._execute(generation.install_triggers, self._writer._conn)
             for _ in range(readers):
                 self._readers.put_nowait(await self._open_one(path, writer=False))
             self._probe = _connect(path, writer=False)
             self._probe.execute("PRAGMA busy_timeout = 0")  # it runs on the event loop
+            self._probe.row_factory = None  # plain tuples: a third cheaper per look
+            self._counter_sql = generation.counter_sql(self._probe)
         except sqlean.DatabaseError as exc:
             await self.close()
             raise ConfigError(f"cannot open database {path}: {exc}") from None
@@ -214,10 +249,12 @@ class Database:
         if probe is not None:
             probe.close()
         self._memo = (None, {})
+        self._checked = False
         conns, self._all = self._all, []
         for conn in conns:
             if conn._connection is not None:
                 _MEMOS.pop(id(conn._connection), None)
+                _COUNTER_SQL.pop(id(conn._connection), None)
             with contextlib.suppress(Exception):
                 await conn.close()
         self._writer = None
@@ -232,31 +269,68 @@ class Database:
         assert self._writer is not None, "database is not open"
         async with self._write_lock:
             try:
-                await self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                # Closed at once: a statement left stepping blocks the next COMMIT.
+                async with self._writer.execute("PRAGMA wal_checkpoint(PASSIVE)") as cursor:
+                    await cursor.fetchall()
             except sqlean.OperationalError as exc:
                 log.warning("checkpoint skipped: %s", exc)
+
+    @contextlib.contextmanager
+    def one_look(self) -> Iterator[None]:
+        """Within this block, this task's ``memo()`` is the one looked up on entering it.
+
+        A request asks for the memo four or five times (key, tool, credential, connection);
+        one look at the generation per request is enough: a change committed before the
+        request arrived is seen by it, as before. Tasks started inside the block look
+        for themselves (a long-lived task must never keep a request's memo).
+        """
+        token = _PINNED.set(None)
+        try:
+            memo = self.memo()
+            _PINNED.set((self, memo, asyncio.current_task()))
+            yield
+        finally:
+            _PINNED.reset(token)
 
     def memo(self) -> dict[Hashable, Any]:
         """A scratch dict for this process that stays valid until the database changes.
 
-        Cleared whenever ``PRAGMA data_version`` moves, which it does after any commit by
-        any connection or process (the writer here, the CLI beside a serving appliance).
+        Cleared whenever the cache generation moves (``db/generation.py``), which it does
+        after any commit that changed more than the call records, by any connection or
+        process (the writer here, the CLI beside a serving appliance); audit rows and
+        charges, committed after every call, leave it alone.
         The probe runs on the event loop itself (a few µs, no thread hop), which is what
         lets a call authenticate and resolve its tool without a hop to a reader when
         nothing changed. A value read after ``memo()`` was taken is safe to store in it:
         if the database moved meanwhile, the next ``memo()`` hands out a fresh dict.
         """
+        pinned = _PINNED.get()
+        if pinned is not None and pinned[0] is self and pinned[2] is asyncio.current_task():
+            return pinned[1]
+        if self._checked:
+            return self._memo[1]
         version: int | None = None
         if self._probe is not None:
             try:
-                version = int(self._probe.execute("PRAGMA data_version").fetchone()[0])
+                version = generation.read(self._probe, self._counter_sql)
             except sqlean.Error as exc:
-                log.warning("data_version probe failed, memo skipped: %s", exc)
+                log.warning("cache generation probe failed, memo skipped: %s", exc)
         if version is None:
             return {}  # unknown: nothing remembered is trusted
         if self._memo[0] != version:
             self._memo = (version, {})
+        # One look per turn of the event loop (a request asks four or five times, ~12 µs a
+        # look): nothing this process commits can land before the next turn, and another
+        # process's commit could as well have landed just after the look.
+        try:
+            asyncio.get_running_loop().call_soon(self._unchecked)
+            self._checked = True
+        except RuntimeError:
+            pass  # no loop running (a synchronous caller): look every time
         return self._memo[1]
+
+    def _unchecked(self) -> None:
+        self._checked = False
 
     async def cached(self, key: Hashable, load: Callable[[ReadConn], Awaitable[T]]) -> T:
         """``load`` on a reader, remembered under ``key`` until the database changes."""
@@ -275,6 +349,24 @@ class Database:
             yield ReadConn(conn)
         finally:
             self._readers.put_nowait(conn)
+
+    async def write_batch(self, fn: Callable[[SyncReader], T]) -> T:
+        """``fn`` inside ``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer, in one thread hop.
+
+        ``write()`` costs a hop for BEGIN, one per statement and one for COMMIT; the ledger's
+        group commit runs after every call, so it writes its batch this way. ``fn`` runs in
+        the writer's thread and must not touch the event loop; if it raises, nothing of it
+        is committed.
+        """
+        assert self._writer is not None, "database is not open"
+        async with self._write_lock:
+            conn = self._writer
+            try:
+                result = await conn._execute(_run_transaction, conn._conn, fn)
+            except sqlean.OperationalError as exc:
+                raise _storage_error(exc) from exc
+            self.generation += 1
+            return result
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[WriteTx]:

@@ -105,7 +105,7 @@ class Book:
         self.spans: dict[str, Window] = {}  # window key → its bounds, for reloads
         self.balances: dict[int, Tally] = {}
         self._queue: list[_Item] = []
-        self._wake = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._generation = -1  # Database.generation after our last commit
@@ -200,7 +200,8 @@ class Book:
 
     async def aclose(self) -> None:
         self._closing = True
-        self._wake.set()
+        if self._waiter is not None:
+            _settle_waiter(self._waiter, True)
         if self._task is not None:
             await self._task
 
@@ -227,7 +228,8 @@ class Book:
         loop = asyncio.get_running_loop()
         item.future = loop.create_future()
         self._queue.append(item)
-        self._wake.set()
+        if self._waiter is not None:
+            _settle_waiter(self._waiter, True)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._run(), name="ledger-committer")
         return item.future
@@ -237,17 +239,26 @@ class Book:
             if not self._queue:
                 if self._closing:
                     return
-                self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), TICK_S)
-                except TimeoutError:
-                    if not (self.prices or self.balances or self._prune_due()):
-                        continue
+                if not await self._woken(TICK_S) and not (self.prices or self.balances or self._prune_due()):
+                    continue
             items, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
                 await self._commit(items)
             except Exception as exc:  # noqa: BLE001 - every waiter learns; the loop goes on
                 self._failed(items, exc)
+
+    async def _woken(self, wait_s: float) -> bool:
+        """Wait for a submission (True) or the idle tick (False). A timer on a bare future:
+        ``wait_for`` would make a task per wait, and this runs once per group commit."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._waiter = waiter
+        tick = loop.call_later(wait_s, _settle_waiter, waiter, False)
+        try:
+            return await waiter
+        finally:
+            tick.cancel()
+            self._waiter = None
 
     def _prune_due(self) -> bool:
         return self.audit_retention_s > 0 and self.clock() - self._pruned_at > PRUNE_EVERY_S
@@ -287,8 +298,7 @@ class Book:
                 store.prune_audit(r, prune_before)
             return version, results, reload, self._load(r, wanted, cached if reload else None)
 
-        async with self.db.write() as tx:
-            version, results, reload, snap = await tx.batch(work)
+        version, results, reload, snap = await self.db.write_batch(work)
         self._generation = self.db.generation
         self._data_version = version
         if prune_before is not None:
@@ -371,6 +381,11 @@ class Book:
                 self._unhold(item.reservation)
             if item.future is not None and not item.future.done():
                 item.future.set_exception(error)
+
+
+def _settle_waiter(waiter: asyncio.Future[bool], woken: bool) -> None:
+    if not waiter.done():
+        waiter.set_result(woken)
 
 
 def _exhausted(toolkit: str, window: Window, limit: int, used: int, unit: str) -> QuotaExhausted:

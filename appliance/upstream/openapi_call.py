@@ -8,6 +8,7 @@ the request), query values, header values, cookies and the body (SSRF-08).
 
 from __future__ import annotations
 
+import functools
 import http
 import re
 import secrets
@@ -125,6 +126,7 @@ async def call_operation(
     return to_call_result(response)
 
 
+@functools.lru_cache(maxsize=256)  # a toolkit's base URL, parsed once (httpx.URL is immutable)
 def _base(raw: str) -> httpx.URL:
     try:
         base = httpx.URL(raw)

@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import httpcore
 import httpx
 
 from appliance.config import Settings
 from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy, Resolver, host_port
+from appliance.upstream.netstream import AsyncioBackend
 
 # httpx logs every request URL at INFO (a query-string API key included; and a line per
 # upstream request doubled the log's cost per call) and httpcore logs response headers at
@@ -101,6 +103,27 @@ class HttpStream:
         return bytes(body)
 
 
+class _Http11(httpx.AsyncHTTPTransport):
+    """httpx's transport over httpcore's HTTP/1.1 pool on plain asyncio sockets (netstream.py).
+
+    ``httpx.AsyncHTTPTransport.__init__`` only builds ``self._pool``; it is not called because
+    it would build (and load CA certificates for) a pool that is thrown away at once. The
+    mapping of httpcore's answers and errors to httpx's is the parent's, unchanged.
+    """
+
+    def __init__(self, ssl_context: ssl.SSLContext, limits: httpx.Limits) -> None:
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=AsyncioBackend(),
+        )
+
+
 class _Route:
     """Keep-alive connections to one checked address, for one hostname only."""
 
@@ -146,7 +169,12 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         self, policy: EgressPolicy, *, verify: ssl.SSLContext | bool = True, max_routes: int = MAX_ROUTES
     ) -> None:
         self.policy = policy
-        self._verify = verify
+        # One TLS context for every route: building one loads the CA bundle (milliseconds).
+        self._ssl = (
+            verify
+            if isinstance(verify, ssl.SSLContext)
+            else httpx.create_ssl_context(verify=verify, trust_env=False)
+        )
         self._max_routes = max_routes
         self._routes: OrderedDict[tuple[str, str, str, int], _Route] = OrderedDict()
         self._closed = False
@@ -160,11 +188,9 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         route = self._routes.get(key)
         if route is None:
             route = _Route(
-                httpx.AsyncHTTPTransport(
-                    verify=self._verify,
-                    trust_env=False,
-                    retries=0,
-                    limits=httpx.Limits(
+                _Http11(
+                    self._ssl,
+                    httpx.Limits(
                         max_connections=100,
                         max_keepalive_connections=KEEPALIVE_PER_ROUTE,
                         keepalive_expiry=KEEPALIVE_EXPIRY_S,
@@ -250,13 +276,12 @@ class Egress:
         self.policy = policy or EgressPolicy(resolver=resolver)
         self.timeout_s = 30.0 if timeout_s is None else timeout_s
         self.max_bytes = 262144 if max_bytes is None else max_bytes
-        self._client = httpx.AsyncClient(
-            transport=PinnedTransport(self.policy, verify=verify),
-            follow_redirects=False,
-            trust_env=False,  # proxy variables must not become a way around the pinning
-            timeout=httpx.Timeout(self.timeout_s),
-            headers={"User-Agent": USER_AGENT},
-        )
+        # Requests go straight to the pinned transport, not through httpx.AsyncClient: the
+        # client's layers (auth and redirect generators, URL merging) cost CPU on every call
+        # for features we refuse anyway (no redirects, no proxies from the environment), and
+        # its cookie jar would keep a Set-Cookie from one upstream answer and send it with
+        # the next request to that host: another toolkit's, another user's call.
+        self._transport = PinnedTransport(self.policy, verify=verify)
 
     def check_url(self, url: str | httpx.URL, *, field: str = "url") -> httpx.URL:
         """Vet a URL at registration time (shape and literal addresses); see EgressPolicy."""
@@ -268,7 +293,7 @@ class Egress:
         self.policy.allow_endpoint(host, port)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> Egress:
         return self
@@ -299,8 +324,7 @@ class Egress:
         deadline = self.timeout_s if timeout_s is None else timeout_s
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
-        out_headers = httpx.Headers(headers or {})
-        out_headers["Accept-Encoding"] = ACCEPT_ENCODING
+        out_headers = _headers(headers)
         if cookies:
             # Built by hand: httpx deprecates per-request cookies, and a jar would keep
             # state between calls of different toolkits.
@@ -309,7 +333,7 @@ class Egress:
             out_headers["Cookie"] = f"{prior}; {jar}" if prior else jar
         try:
             async with asyncio.timeout(deadline):
-                request = self._client.build_request(
+                request = httpx.Request(
                     method,
                     target,
                     params=httpx.QueryParams(urlencode(params, doseq=True)) if params else None,
@@ -317,9 +341,9 @@ class Egress:
                     content=content,
                     json=json,
                     data=data,
-                    timeout=httpx.Timeout(deadline),
+                    extensions={"timeout": httpx.Timeout(deadline).as_dict()},
                 )
-                response = await self._client.send(request, stream=True)
+                response = await self._exchange(request)
                 try:
                     if 300 <= response.status_code < 400 and response.status_code != 304:
                         raise _redirect(host, response)
@@ -356,16 +380,19 @@ class Egress:
         deadline = self.timeout_s if timeout_s is None else timeout_s
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
-        out_headers = httpx.Headers(headers or {})
-        out_headers["Accept-Encoding"] = ACCEPT_ENCODING
+        out_headers = _headers(headers)
         bounded = math.isfinite(deadline)
         per_operation = httpx.Timeout(deadline) if bounded else httpx.Timeout(self.timeout_s, read=None)
         try:
             async with asyncio.timeout(deadline if bounded else None):
-                request = self._client.build_request(
-                    method, target, headers=out_headers, content=content, timeout=per_operation
+                request = httpx.Request(
+                    method,
+                    target,
+                    headers=out_headers,
+                    content=content,
+                    extensions={"timeout": per_operation.as_dict()},
                 )
-                response = await self._client.send(request, stream=True)
+                response = await self._exchange(request)
                 chunks: AsyncGenerator[bytes, None] | None = None
                 try:
                     if 300 <= response.status_code < 400 and response.status_code != 304:
@@ -381,6 +408,11 @@ class Egress:
             if mapped is exc:
                 raise
             raise mapped from exc
+
+    async def _exchange(self, request: httpx.Request) -> httpx.Response:
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        return response
 
     async def fetch_document(
         self, url: str, max_bytes: int | None = None, *, timeout_s: float | None = None
@@ -405,6 +437,14 @@ class Egress:
                 data={"status": response.status},
             )
         return response.body
+
+
+def _headers(given: Mapping[str, str] | None) -> httpx.Headers:
+    """The caller's headers over our defaults; Accept-Encoding is always ours."""
+    out = httpx.Headers({"User-Agent": USER_AGENT, "Accept": "*/*"})
+    out.update(given or {})
+    out["Accept-Encoding"] = ACCEPT_ENCODING
+    return out
 
 
 def _as_upstream_error(exc: Exception, host: str, deadline: float) -> Exception:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import secrets
 import socket
 
 from sanic import Request, Sanic, response
+from sanic.http.http1 import Http
 from sanic.response import HTTPResponse
 
 from appliance import __version__
@@ -33,10 +35,21 @@ from appliance.web.log_queue import LogQueue
 log = logging.getLogger(__name__)
 
 
+def _touchup_possible() -> bool:
+    """Whether Sanic's start-up touch-up can run: it rewrites its request-handling methods
+    from their source to drop the dispatch of lifecycle signals nobody listens to (~5 % of a
+    tool call's CPU). It needs that source; the one-file bundle ships Sanic's (toolspoke.spec)
+    but a build that lacks it must still start."""
+    try:
+        inspect.getsource(Http.http1_request_header)
+    except (OSError, TypeError):
+        return False
+    return True
+
+
 def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app: Sanic = Sanic(name)
-    # Sanic's start-up touch-up reads its own source, which a one-file bundle lacks.
-    app.config.TOUCHUP = False
+    app.config.TOUCHUP = _touchup_possible()
     # The stock asyncio loop, as in the CLI and the tests: uvloop orders subprocess
     # callbacks differently (process_exited before the pipes are connected), which the
     # stdio upstream supervisor relies on.

@@ -325,6 +325,11 @@ async def post_project_toolkit_mcp(request: Request, project: str, slug: str) ->
 
 
 async def _post(request: Request, slug: str | None, project: str | None) -> HTTPResponse | None:
+    with request.app.ctx.rt.db.one_look():  # remembered lookups: one look per request
+        return await _post_once(request, slug, project)
+
+
+async def _post_once(request: Request, slug: str | None, project: str | None) -> HTTPResponse | None:
     try:
         principal, kit, scope = await _caller(request, slug, project)
     except ApplianceError as exc:

@@ -469,7 +469,13 @@ def main() -> None:
         port, proxy_port = free_port(), free_port()
         upstream = [sys.executable, str(UPSTREAM), "--transport", "streamable-http", "--port", str(port)]
         proxy = [sys.executable, str(Path(__file__).resolve()), "--proxy", str(proxy_port), str(port)]
-        env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_MCP_RESYNC_S": "0"}
+        env = {
+            "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+            "TOOLSPOKE_MCP_RESYNC_S": "0",
+            # The bench measures the call path, not the limits: one agent makes thousands of calls.
+            "TOOLSPOKE_RATE_LIMIT": "100000000",
+            "TOOLSPOKE_BROWSE_RATE_LIMIT": "100000000",
+        }
         with (
             peer([*upstream, "--stateless", "--json-response"], port, logs / "upstream.log"),
             peer(proxy, proxy_port, logs / "proxy.log"),

@@ -239,6 +239,30 @@ def test_a_failed_write_block_rolls_back_and_the_writer_stays_usable(tmp_path: P
     assert with_db(tmp_path / "t.db", MIGRATIONS, body) == ["real"]
 
 
+def test_a_one_hop_write_batch_commits_after_a_checkpoint_and_rolls_back_on_error(
+    tmp_path: Path,
+) -> None:
+    """``write_batch`` commits in the writer's thread: a statement left stepping by anyone
+    (a checkpoint's, an INSERT … RETURNING read once) would make its COMMIT fail."""
+
+    async def body(db: Database) -> list[Any]:
+        await db.checkpoint()
+        made = await db.write_batch(lambda r: r.one("INSERT INTO users (name) VALUES ('a') RETURNING id")[0])
+        assert made >= 1
+
+        def fails(r: SyncReader) -> None:
+            r.one("INSERT INTO users (name) VALUES ('ghost') RETURNING id")
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            await db.write_batch(fails)
+        await db.write_batch(lambda r: r.one("INSERT INTO users (name) VALUES ('b') RETURNING id"))
+        async with db.read() as conn:
+            return [r["name"] for r in await conn.all("SELECT name FROM users ORDER BY id")]
+
+    assert with_db(tmp_path / "t.db", MIGRATIONS, body) == ["a", "b"]
+
+
 def test_readers_are_query_only(tmp_path: Path) -> None:
     async def body(db: Database) -> list[int]:
         flags = []

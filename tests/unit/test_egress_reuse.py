@@ -8,6 +8,7 @@ HTTP/1.1 servers on loopback; the resolvers are scripted to play DNS changing it
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -126,3 +127,20 @@ def test_concurrent_calls_each_get_a_connection_and_all_are_kept_for_reuse() -> 
     with serving(keep_alive=True) as server:
         assert run(go(server.base)) == [200] * 8
         assert server.connections <= 4
+
+
+def test_a_cookie_set_by_one_answer_is_never_sent_with_a_later_request() -> None:
+    """No cookie jar between calls: a Set-Cookie from one upstream answer (one toolkit's, one
+    user's call) must not ride along on the next request to that host (another user's)."""
+    resolver, _ = scripted("127.0.0.1")
+
+    async def go(port: int) -> dict[str, Any]:
+        async with Egress(EgressPolicy(OPEN, resolver=resolver)) as egress:
+            first = await egress.send("GET", f"http://up.test:{port}/set-cookie")
+            assert "alice-secret" in first.headers.get("set-cookie", "")
+            echoed = await egress.send("GET", f"http://up.test:{port}/echo", cookies={"mine": "1"})
+            return dict(json.loads(echoed.body)["headers"])
+
+    with serving(keep_alive=True) as server:
+        headers = run(go(server.port))
+    assert headers.get("cookie") == "mine=1"  # only what this call set itself

@@ -112,6 +112,10 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"a" * 65536)
         elif path == "/bomb":
             self._send(200, bomb(), {"Content-Encoding": "gzip", "Content-Type": "text/plain"})
+        elif path == "/set-cookie":  # what a session-minting API answers
+            self._send(
+                200, b"{}", {"Content-Type": "application/json", "Set-Cookie": "session=alice-secret; Path=/"}
+            )
         elif path == "/gzip":
             self._send(200, gzip.compress(b"hello gzip"), {"Content-Encoding": "gzip"})
         elif path == "/redirect":
