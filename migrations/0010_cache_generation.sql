@@ -15,6 +15,7 @@ INSERT INTO cache_exempt (name) VALUES
     ('audit_log'),
     ('ledger_entries'),
     ('import_events'),
+    ('idempotency_keys'),
     ('cache_generation'),
     ('cache_exempt'),
     ('schema_migrations');

@@ -5,10 +5,12 @@ Run from the repo root: ``.venv/bin/python tests/bench/accounting.py [--calls N]
 1. **Accounting alone, in process** (real database, real book and limiter, no HTTP): per
    call the rate limit, price, quota and credit check and the reservation ("decide"), then
    the audit row and charge until durable ("acknowledge"), 1 caller and 50 concurrent ones.
-2. **The full path**: a real appliance, the official SDK client, a real HTTP upstream on
-   loopback (a threaded stdlib server: fast but not free), paid calls from non-owner keys to
-   a toolkit with a fee and a ceiling: rate → quota → reserve → upstream → charge → audit.
-   1 client calling in a loop, then 50 clients at once.
+2. **The full path**: a real appliance, a real HTTP upstream on loopback (a minimal asyncio
+   server in its own process: kept-alive connections, no thread per connection), paid calls
+   from non-owner keys to a toolkit with a fee and a ceiling: rate → quota → reserve →
+   upstream → charge → audit. 1 client calling in a loop, then 50 clients at once; each with
+   a raw client (one stateless 2026-07-28 POST per call over httpx: cheap on CPU, which the
+   client shares with the gateway on this machine) and with the official SDK client.
 
 Prints a table; not a test.
 """
@@ -41,24 +43,51 @@ from tests.support.clients import connect
 from tests.support.servers import Appliance, running_appliance
 
 UPSTREAM = """
-import sys, threading
-sys.path.insert(0, sys.argv[2])
-from tests.support.accounts import MeteredUpstream
-upstream = MeteredUpstream(port=int(sys.argv[1]))
-threading.Event().wait()
+import asyncio, sys
+
+class Hit(asyncio.Protocol):
+    # GET /hit on a kept-alive HTTP/1.1 connection: the fastest honest upstream we can run
+    # on loopback, so that the figures are the gateway's and not the upstream's.
+    count = 0
+
+    def connection_made(self, transport):
+        self.transport, self.buffer = transport, b""
+
+    def data_received(self, data):
+        self.buffer += data
+        while b"\\r\\n\\r\\n" in self.buffer:
+            _, self.buffer = self.buffer.split(b"\\r\\n\\r\\n", 1)
+            Hit.count += 1
+            body = b'{"n": %d}' % Hit.count
+            self.transport.write(
+                b"HTTP/1.1 200 OK\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n%s"
+                % (len(body), body)
+            )
+
+async def main():
+    server = await asyncio.get_running_loop().create_server(Hit, "127.0.0.1", int(sys.argv[1]), backlog=512)
+    await server.serve_forever()
+
+asyncio.run(main())
 """
+MODERN = "2026-07-28"
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
 
 
 class Upstream(MeteredUpstream):
-    """The metered upstream's /hit in another process, so the bench's own clients do not
-    share a GIL with it."""
+    """A minimal asyncio HTTP/1.1 server answering ``GET /hit`` in its own process (kept-alive
+    connections, no thread per connection), so the bench's clients do not share a GIL with
+    it and the upstream is never the bottleneck."""
 
     def __init__(self) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        repo = str(Path(__file__).resolve().parents[2])
-        self.proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.port), repo])
+        self.proc = subprocess.Popen([sys.executable, "-c", UPSTREAM, str(self.port)])
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -122,12 +151,36 @@ async def accounting_alone(calls: int, workers: int, synchronous: str) -> dict[s
     }
 
 
-async def full_path(app: Appliance, keys: list[str], tool: str, calls: int, clients: int) -> dict[str, float]:
+async def full_path(
+    app: Appliance, keys: list[str], tool: str, calls: int, clients: int, *, sdk: bool
+) -> dict[str, float]:
     latencies: list[float] = []
     errors = 0
 
+    async def raw(key: str, n: int) -> None:
+        """A stateless 2026-07-28 tools/call per POST over one kept-alive httpx connection: a
+        client that costs far less CPU than the SDK's, which shares these two cores."""
+        nonlocal errors
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": MODERN,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": tool,
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "_meta": META}}
+        async with httpx.AsyncClient(base_url=app.base_url, headers=headers, timeout=60) as http:
+            await http.post("/mcp", json=body)  # warm: the connection
+            for _ in range(n):
+                t0 = time.perf_counter()
+                r = await http.post("/mcp", json=body)
+                latencies.append(time.perf_counter() - t0)
+                errors += r.status_code != 200 or bool(r.json().get("result", {}).get("isError", True))
+
     async def client(key: str, n: int) -> None:
         nonlocal errors
+        if not sdk:
+            return await raw(key, n)
         async with connect(dataclasses.replace(app, key=key)) as c:
             # The SDK re-lists tools after each call to a tool tools/list does not show (the
             # bridge lists only itself); seed its cache so a call is one round trip, as in
@@ -193,7 +246,10 @@ def main() -> None:
         "TOOLSPOKE_RATE_LIMIT": "1000000",
         "TOOLSPOKE_LOG_LEVEL": "WARNING",
     }
-    print("full path (SDK client → appliance → HTTP upstream in its own process; paid non-owner calls):")
+    print(
+        "full path (client → appliance → asyncio HTTP upstream in its own process; paid non-owner calls;"
+        " raw = one POST per call over httpx, SDK = the official client):"
+    )
     try:
         for synchronous in ("FULL", "NORMAL"):
             env["TOOLSPOKE_DB_SYNCHRONOUS"] = synchronous
@@ -201,10 +257,12 @@ def main() -> None:
                 keys = add_user_keys(app.data_dir, "bench", 50)
                 admin(app, "POST", credits_path(app, "bench"), {"amount": 10**9})
                 tool = install(app, "meter", upstream, fee=1, daily_limit=10**9)  # type: ignore[arg-type]
-                for clients in (1, 50):
-                    figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients))
-                    shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
-                    print(f"  synchronous={synchronous:<6} {clients:>3} clients: {shown}")
+                for sdk in (False, True):
+                    for clients in (1, 50):
+                        figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients, sdk=sdk))
+                        shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
+                        who = "SDK" if sdk else "raw"
+                        print(f"  synchronous={synchronous:<6} {who} {clients:>3} clients: {shown}")
     finally:
         upstream.close()
 

@@ -21,6 +21,8 @@ STEPS = (
     ("Appliance figures", ["figures.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
+    ("Spend and accounting: what it adds to a call, calls/s through the full path", ["accounting.py"]),
+    ("Vault and egress: sealing, rotation, guard cost", ["vault_bench.py"]),
 )
 
 if __name__ == "__main__":
