@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from appliance.catalogue.naming import assign_names, validate_slug
-from appliance.catalogue.schema_translate import TYPE_ALIASES, normalise_type, trim
+from appliance.catalogue.schema_values import TYPE_ALIASES, normalise_type, trim
 from appliance.errors import ImportFailed
 from appliance.models import KINDS, Kind, ToolDraft, ToolkitDraft
 

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator, SchemaError
 
 from appliance.catalogue.catalog_jsonl import repair_schema
 from appliance.catalogue.naming import assign_names
-from appliance.catalogue.schema_translate import trim
+from appliance.catalogue.schema_values import trim
 from appliance.errors import ImportFailed
 from appliance.models import Kind, Skipped, ToolDraft, ToolkitDraft
 

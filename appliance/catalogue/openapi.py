@@ -20,7 +20,8 @@ from appliance.catalogue.openapi_operation import (
     build_operation,
     check_parameter,
 )
-from appliance.catalogue.schema_translate import RefError, SchemaTranslator, trim
+from appliance.catalogue.schema_translate import RefError, SchemaTranslator
+from appliance.catalogue.schema_values import trim
 from appliance.catalogue.spec_loader import spec_version
 from appliance.errors import ImportFailed
 from appliance.models import Kind, Skipped, ToolDraft, ToolkitDraft

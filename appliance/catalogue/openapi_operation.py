@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.catalogue.schema_translate import RefError, SchemaTranslator, trim
+from appliance.catalogue.schema_translate import RefError, SchemaTranslator
+from appliance.catalogue.schema_values import trim
 
 LOCATIONS = ("path", "query", "header", "cookie")
 BODY_DEPTHS = (4, 3, 2, 1, 0)  # tried in turn until the schema fits the budget

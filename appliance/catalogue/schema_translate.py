@@ -22,34 +22,16 @@ and must never be mutated.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
+from appliance.catalogue.schema_values import copy_scalars, normalise_type, trim, valid_regex
 from appliance.errors import ImportFailed
 
-DESCRIPTION_LIMIT = 300
 _MAX_WORK = 2_000_000  # schema nodes visited per document: stops YAML alias bombs
 _EMPTY: frozenset[str] = frozenset()
-_JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object", "null"}
-TYPE_ALIASES = {
-    "dict": "object",
-    "map": "object",
-    "float": "number",
-    "double": "number",
-    "decimal": "number",
-    "int": "integer",
-    "long": "integer",
-    "bool": "boolean",
-    "list": "array",
-    "tuple": "array",
-    "str": "string",
-    "text": "string",
-    "file": "string",  # Swagger 2.0 upload; the caller passes content as a string
-}
-_NONNEG_INT_KEYS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
 _SUBSCHEMA_KEYS = ("properties", "items", "prefixItems", "allOf", "anyOf", "oneOf", "not")
 _OMITTED = " (nested schema omitted)"
 _NODE_BYTES = 16
@@ -64,60 +46,6 @@ class Translated:
     schema: Any  # a dict, or a boolean schema
     size: int  # approximate JSON bytes of ``schema`` (a cheap proxy for tokens)
     needs: frozenset[str]  # cyclic targets referenced as #/$defs/…
-
-
-def trim(text: Any, limit: int = DESCRIPTION_LIMIT) -> str:
-    """Whitespace-normalised text cut at a word boundary near ``limit``."""
-    if not isinstance(text, str):
-        return ""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space > limit // 2:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
-
-
-def json_safe(value: Any) -> bool:
-    """True if ``value`` survives a JSON round trip (YAML can produce bytes, sets, NaN)."""
-    if value is None or isinstance(value, bool | int | str):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list | tuple):
-        return all(json_safe(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and json_safe(v) for k, v in value.items())
-    return False
-
-
-def normalise_type(raw: Any) -> list[str]:
-    """JSON Schema type names from a spec's ``type`` (string or list; aliases mapped)."""
-    items = raw if isinstance(raw, list) else [raw]
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            continue
-        name = TYPE_ALIASES.get(item.lower(), item.lower())
-        if name in _JSON_TYPES and name not in out:
-            out.append(name)
-    return out
-
-
-def valid_regex(pattern: Any) -> bool:
-    if not isinstance(pattern, str):
-        return False
-    try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError):
-        return False
-    return True
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class SchemaTranslator:
@@ -377,51 +305,11 @@ class SchemaTranslator:
             kept = {k: sub(v) for k, v in patterns.items() if valid_regex(k)}
             if kept:
                 out["patternProperties"] = kept
-        size += self._scalars(s, out, nullable)
+        size += copy_scalars(s, out, nullable)
         if nullable and not types and "enum" not in out and out:
             # e.g. ``allOf: [$ref], nullable: true`` (OAS 3.0): no type to extend.
             return Translated({"anyOf": [out, {"type": "null"}]}, size + 30, frozenset(needs))
         return Translated(out, size, frozenset(needs) if needs else _EMPTY)
-
-    @staticmethod
-    def _scalars(s: dict[str, Any], out: dict[str, Any], nullable: bool) -> int:
-        """Copies the valid leaf keywords; returns roughly how many bytes they add."""
-        added = 0
-        enum = s.get("enum")
-        if isinstance(enum, list):
-            values = [v for v in enum if json_safe(v)]
-            if nullable and None not in values:
-                values.append(None)
-            out["enum"] = values
-            added += sum(len(str(v)) + 4 for v in values)
-        for key in ("const", "default"):
-            if key in s and json_safe(s[key]):
-                out[key] = s[key]
-        if isinstance(s.get("format"), str):
-            out["format"] = s["format"]
-        if valid_regex(s.get("pattern")):
-            out["pattern"] = s["pattern"]
-        for key in ("minimum", "maximum"):
-            if _number(s.get(key)):
-                out[key] = s[key]
-        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
-            value = s.get(key)
-            if value is True and bound in out:
-                out[key] = out.pop(bound)  # OAS 3.0 / Swagger boolean form
-            elif _number(value):
-                out[key] = value
-        if _number(s.get("multipleOf")) and s["multipleOf"] > 0:
-            out["multipleOf"] = s["multipleOf"]
-        for key in _NONNEG_INT_KEYS:
-            value = s.get(key)
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                out[key] = value
-        if isinstance(s.get("uniqueItems"), bool) and out.get("type", "array") in (
-            "array",
-            ["array", "null"],
-        ):
-            out["uniqueItems"] = s["uniqueItems"]  # Kubernetes sets it on strings, too
-        return added + 12 * (len(out) - ("properties" in out) - ("description" in out))
 
 
 def _has_subschemas(target: Any) -> bool:

@@ -17,21 +17,35 @@ from appliance.access import keys as key_ops
 from appliance.access import principals
 from appliance.catalogue.naming import validate_slug
 from appliance.cli.catalogue import toolkits
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, transact
 from appliance.errors import Conflict, NotFound
 from appliance.models import OPERATOR
 
-
-def _do(config_file: str | None, data_dir: str | None, work: Callable[[Any], Awaitable[Any]]) -> Any:
-    return run(settings_for(config_file, data_dir=data_dir), work)
+Obj = tuple[Any, ...]  # (data_dir, config_file, as_json) of the command group
 
 
-def _show(value: Any, as_json: bool, line: Callable[[Any], str]) -> None:
-    if as_json:
+def _write(obj: Obj, op: Callable[[Any], Awaitable[Any]]) -> Any:
+    return transact(obj[0], obj[1], op)
+
+
+def _show(obj: Obj, value: Any, line: Callable[[Any], str]) -> None:
+    if obj[2]:
         emit(value)
         return
     for item in value if isinstance(value, list) else [value]:
         click.echo(line(item))
+
+
+def _group(
+    ctx: click.Context,
+    obj: Obj,
+    listing: Callable[[Any], Awaitable[Any]],
+    line: Callable[[Any], str],
+) -> None:
+    """A group's own run: keep its options for the subcommand, or (without one) list."""
+    ctx.obj = obj
+    if ctx.invoked_subcommand is None:
+        _show(obj, transact(obj[0], obj[1], listing, write=False), line)
 
 
 async def _user_id(conn: Any, name: str) -> int:
@@ -66,48 +80,31 @@ def _grant_line(g: dict[str, Any]) -> str:
 
 
 @main.group(invoke_without_command=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def users(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Users: list them (no subcommand), add, remove, make admin."""
-    ctx.obj = (data_dir, config_file, as_json)
-    if ctx.invoked_subcommand is None:
-
-        async def work(rt: Any) -> Any:
-            async with rt.db.read() as conn:
-                return await principals.list_users(conn)
-
-        _show(_do(config_file, data_dir, work), as_json, _user_line)
+    _group(ctx, (data_dir, config_file, as_json), principals.list_users, _user_line)
 
 
 @users.command("add")
 @click.argument("name")
 @click.option("--admin", is_flag=True, help="Make the user an admin.")
 @click.pass_obj
-def users_add(obj: tuple[Any, ...], name: str, admin: bool) -> None:
-    data_dir, config_file, as_json = obj
-
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            return await principals.create_user(tx, name, is_admin=admin)
-
-    _show(_do(config_file, data_dir, work), as_json, _user_line)
+def users_add(obj: Obj, name: str, admin: bool) -> None:
+    _show(obj, _write(obj, lambda tx: principals.create_user(tx, name, is_admin=admin)), _user_line)
 
 
 @users.command("remove")
 @click.argument("name")
 @click.pass_obj
-def users_remove(obj: tuple[Any, ...], name: str) -> None:
+def users_remove(obj: Obj, name: str) -> None:
     """Remove a user with their agents, keys and grants (their toolkits become the platform's)."""
-    data_dir, config_file, _ = obj
 
-    async def work(rt: Any) -> None:
-        async with rt.db.write() as tx:
-            await principals.delete_user(tx, await _user_id(tx, name))
+    async def op(tx: Any) -> None:
+        await principals.delete_user(tx, await _user_id(tx, name))
 
-    _do(config_file, data_dir, work)
+    _write(obj, op)
     click.echo(f"removed user {name}", err=True)
 
 
@@ -115,34 +112,27 @@ def users_remove(obj: tuple[Any, ...], name: str) -> None:
 @click.argument("name")
 @click.option("--off", is_flag=True, help="Take the admin role away instead.")
 @click.pass_obj
-def users_admin(obj: tuple[Any, ...], name: str, off: bool) -> None:
-    data_dir, config_file, as_json = obj
+def users_admin(obj: Obj, name: str, off: bool) -> None:
+    async def op(tx: Any) -> Any:
+        return await principals.update_user(tx, await _user_id(tx, name), is_admin=not off)
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            return await principals.update_user(tx, await _user_id(tx, name), is_admin=not off)
-
-    _show(_do(config_file, data_dir, work), as_json, _user_line)
+    _show(obj, _write(obj, op), _user_line)
 
 
 # -- agents ----------------------------------------------------------------------------------
 
 
 @main.group(invoke_without_command=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def agents(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Agents (each acts for one user): list them (no subcommand), add, remove, preload."""
-    ctx.obj = (data_dir, config_file, as_json)
-    if ctx.invoked_subcommand is None:
-
-        async def work(rt: Any) -> Any:
-            async with rt.db.read() as conn:
-                return await principals.list_agents(conn, OPERATOR)
-
-        _show(_do(config_file, data_dir, work), as_json, _agent_line)
+    _group(
+        ctx,
+        (data_dir, config_file, as_json),
+        lambda conn: principals.list_agents(conn, OPERATOR),
+        _agent_line,
+    )
 
 
 @agents.command("add")
@@ -150,28 +140,19 @@ def agents(ctx: click.Context, data_dir: str | None, config_file: str | None, as
 @click.option("--user", "user_name", required=True, help="The user the agent acts for.")
 @click.option("--preload", multiple=True, metavar="TOOL", help="A tool its sessions list directly.")
 @click.pass_obj
-def agents_add(obj: tuple[Any, ...], name: str, user_name: str, preload: tuple[str, ...]) -> None:
-    data_dir, config_file, as_json = obj
+def agents_add(obj: Obj, name: str, user_name: str, preload: tuple[str, ...]) -> None:
+    async def op(tx: Any) -> Any:
+        user_id = await _user_id(tx, user_name)
+        return await principals.create_agent(tx, OPERATOR, name, user_id=user_id, preload=list(preload))
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            user_id = await _user_id(tx, user_name)
-            return await principals.create_agent(tx, OPERATOR, name, user_id=user_id, preload=list(preload))
-
-    _show(_do(config_file, data_dir, work), as_json, _agent_line)
+    _show(obj, _write(obj, op), _agent_line)
 
 
 @agents.command("remove")
 @click.argument("agent_id", type=int)
 @click.pass_obj
-def agents_remove(obj: tuple[Any, ...], agent_id: int) -> None:
-    data_dir, config_file, _ = obj
-
-    async def work(rt: Any) -> None:
-        async with rt.db.write() as tx:
-            await principals.delete_agent(tx, OPERATOR, agent_id)
-
-    _do(config_file, data_dir, work)
+def agents_remove(obj: Obj, agent_id: int) -> None:
+    _write(obj, lambda tx: principals.delete_agent(tx, OPERATOR, agent_id))
     click.echo(f"removed agent {agent_id} with its keys and grants", err=True)
 
 
@@ -179,35 +160,21 @@ def agents_remove(obj: tuple[Any, ...], agent_id: int) -> None:
 @click.argument("agent_id", type=int)
 @click.argument("tools", nargs=-1)
 @click.pass_obj
-def agents_preload(obj: tuple[Any, ...], agent_id: int, tools: tuple[str, ...]) -> None:
+def agents_preload(obj: Obj, agent_id: int, tools: tuple[str, ...]) -> None:
     """Set the tools an agent's sessions list directly (none: clear)."""
-    data_dir, config_file, as_json = obj
-
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            return await principals.update_agent(tx, OPERATOR, agent_id, preload=list(tools))
-
-    _show(_do(config_file, data_dir, work), as_json, _agent_line)
+    agent = _write(obj, lambda tx: principals.update_agent(tx, OPERATOR, agent_id, preload=list(tools)))
+    _show(obj, agent, _agent_line)
 
 
 # -- keys ------------------------------------------------------------------------------------
 
 
 @main.group(invoke_without_command=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """API keys, listed by prefix (no subcommand); create one (shown once) or revoke one."""
-    ctx.obj = (data_dir, config_file, as_json)
-    if ctx.invoked_subcommand is None:
-
-        async def work(rt: Any) -> Any:
-            async with rt.db.read() as conn:
-                return await key_ops.list_keys(conn)
-
-        _show(_do(config_file, data_dir, work), as_json, _key_line)
+    _group(ctx, (data_dir, config_file, as_json), key_ops.list_keys, _key_line)
 
 
 @keys.command("create")
@@ -218,7 +185,7 @@ def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_j
 @click.option("--preload", multiple=True, metavar="TOOL", help="A tool this key's sessions list directly.")
 @click.pass_obj
 def keys_create(
-    obj: tuple[Any, ...],
+    obj: Obj,
     user_name: str,
     agent_id: int | None,
     name: str,
@@ -226,26 +193,24 @@ def keys_create(
     preload: tuple[str, ...],
 ) -> None:
     """Create a key; the secret is printed once, on stdout."""
-    data_dir, config_file, as_json = obj
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            user_id = await _user_id(tx, user_name)
-            if agent_id is not None:
-                agent = await principals.get_agent(tx, OPERATOR, agent_id)
-                if agent["user_id"] != user_id:
-                    raise Conflict(f"agent {agent_id} does not act for {user_name}", field="agent")
-            return await key_ops.create_key(
-                tx,
-                user_id,
-                name=principals.check_name(name) if name else "",
-                agent_id=agent_id,
-                expires_at=key_ops.parse_expiry(expires, field="expires"),
-                preload=list(preload) or None,
-            )
+    async def op(tx: Any) -> Any:
+        user_id = await _user_id(tx, user_name)
+        if agent_id is not None:
+            agent = await principals.get_agent(tx, OPERATOR, agent_id)
+            if agent["user_id"] != user_id:
+                raise Conflict(f"agent {agent_id} does not act for {user_name}", field="agent")
+        return await key_ops.create_key(
+            tx,
+            user_id,
+            name=principals.check_name(name) if name else "",
+            agent_id=agent_id,
+            expires_at=key_ops.parse_expiry(expires, field="expires"),
+            preload=list(preload) or None,
+        )
 
-    secret, listed = _do(config_file, data_dir, work)
-    if as_json:
+    secret, listed = _write(obj, op)
+    if obj[2]:
         emit({**listed, "key": secret})
         return
     click.echo(f"key {listed['prefix']} (shown once; store it now):", err=True)
@@ -255,15 +220,9 @@ def keys_create(
 @keys.command("revoke")
 @click.argument("prefix")
 @click.pass_obj
-def keys_revoke(obj: tuple[Any, ...], prefix: str) -> None:
+def keys_revoke(obj: Obj, prefix: str) -> None:
     """Revoke a key by its prefix; it fails from its next request on."""
-    data_dir, config_file, as_json = obj
-
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            return await key_ops.revoke(tx, prefix)
-
-    _show(_do(config_file, data_dir, work), as_json, _key_line)
+    _show(obj, _write(obj, lambda tx: key_ops.revoke(tx, prefix)), _key_line)
 
 
 # -- grants ----------------------------------------------------------------------------------
@@ -271,22 +230,17 @@ def keys_revoke(obj: tuple[Any, ...], prefix: str) -> None:
 
 @main.group(invoke_without_command=True)
 @click.option("--agent", "agent_id", type=int, default=None, help="Only this agent's grants.")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def grants(
     ctx: click.Context, agent_id: int | None, data_dir: str | None, config_file: str | None, as_json: bool
 ) -> None:
     """Grants of toolkits to agents: list (no subcommand), add, set, remove."""
-    ctx.obj = (data_dir, config_file, as_json)
-    if ctx.invoked_subcommand is None:
 
-        async def work(rt: Any) -> Any:
-            async with rt.db.read() as conn:
-                return await grant_ops.list_grants(conn, OPERATOR, agent_id=agent_id)
+    def listing(conn: Any) -> Awaitable[Any]:
+        return grant_ops.list_grants(conn, OPERATOR, agent_id=agent_id)
 
-        _show(_do(config_file, data_dir, work), as_json, _grant_line)
+    _group(ctx, (data_dir, config_file, as_json), listing, _grant_line)
 
 
 @grants.command("add")
@@ -297,17 +251,15 @@ def grants(
 @click.option("--disabled", is_flag=True, help="Opt the agent out of a platform default instead.")
 @click.pass_obj
 def grants_add(
-    obj: tuple[Any, ...], agent_id: int, toolkit: str, project: str, tools: tuple[str, ...], disabled: bool
+    obj: Obj, agent_id: int, toolkit: str, project: str, tools: tuple[str, ...], disabled: bool
 ) -> None:
-    data_dir, config_file, as_json = obj
-
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            return await grant_ops.create_grant(
-                tx, OPERATOR, agent_id, toolkit, project=project, tools=list(tools), enabled=not disabled
-            )
-
-    _show(_do(config_file, data_dir, work), as_json, _grant_line)
+    grant = _write(
+        obj,
+        lambda tx: grant_ops.create_grant(
+            tx, OPERATOR, agent_id, toolkit, project=project, tools=list(tools), enabled=not disabled
+        ),
+    )
+    _show(obj, grant, _grant_line)
 
 
 @grants.command("set")
@@ -316,89 +268,68 @@ def grants_add(
 @click.option("--all-tools", is_flag=True, help="Grant the whole toolkit again.")
 @click.option("--enable/--disable", default=None, help="Switch the grant on or off.")
 @click.pass_obj
-def grants_set(
-    obj: tuple[Any, ...], grant_id: int, tools: tuple[str, ...], all_tools: bool, enable: bool | None
-) -> None:
-    data_dir, config_file, as_json = obj
+def grants_set(obj: Obj, grant_id: int, tools: tuple[str, ...], all_tools: bool, enable: bool | None) -> None:
     if tools and all_tools:
         fail("give --tool or --all-tools, not both", 2)
-
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            chosen = [] if all_tools else (list(tools) or None)
-            return await grant_ops.update_grant(tx, OPERATOR, grant_id, tools=chosen, enabled=enable)
-
-    _show(_do(config_file, data_dir, work), as_json, _grant_line)
+    chosen = [] if all_tools else (list(tools) or None)
+    grant = _write(
+        obj, lambda tx: grant_ops.update_grant(tx, OPERATOR, grant_id, tools=chosen, enabled=enable)
+    )
+    _show(obj, grant, _grant_line)
 
 
 @grants.command("remove")
 @click.argument("grant_id", type=int)
 @click.pass_obj
-def grants_remove(obj: tuple[Any, ...], grant_id: int) -> None:
-    data_dir, config_file, _ = obj
-
-    async def work(rt: Any) -> None:
-        async with rt.db.write() as tx:
-            await grant_ops.delete_grant(tx, OPERATOR, grant_id)
-
-    _do(config_file, data_dir, work)
+def grants_remove(obj: Obj, grant_id: int) -> None:
+    _write(obj, lambda tx: grant_ops.delete_grant(tx, OPERATOR, grant_id))
     click.echo(f"removed grant {grant_id}", err=True)
 
 
 # -- projects --------------------------------------------------------------------------------
 
 
+async def _list_projects(conn: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in await conn.all("SELECT slug, title FROM projects ORDER BY slug")]
+
+
 @main.group(invoke_without_command=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def projects(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Projects: list them (no subcommand), add, remove (when empty)."""
-    ctx.obj = (data_dir, config_file, as_json)
-    if ctx.invoked_subcommand is None:
-
-        async def work(rt: Any) -> Any:
-            async with rt.db.read() as conn:
-                return [dict(r) for r in await conn.all("SELECT slug, title FROM projects ORDER BY slug")]
-
-        _show(_do(config_file, data_dir, work), as_json, lambda p: f"{p['slug']:<24} {p['title']}")
+    _group(ctx, (data_dir, config_file, as_json), _list_projects, lambda p: f"{p['slug']:<24} {p['title']}")
 
 
 @projects.command("add")
 @click.argument("slug")
 @click.option("--title", default=None)
 @click.pass_obj
-def projects_add(obj: tuple[Any, ...], slug: str, title: str | None) -> None:
-    data_dir, config_file, _ = obj
+def projects_add(obj: Obj, slug: str, title: str | None) -> None:
     validate_slug(slug)
 
-    async def work(rt: Any) -> None:
-        async with rt.db.write() as tx:
-            if await tx.one("SELECT 1 FROM projects WHERE slug = ?", (slug,)):
-                raise Conflict(f"a project named {slug!r} already exists", field="slug")
-            await tx.run("INSERT INTO projects (slug, title) VALUES (?, ?)", (slug, title or slug))
+    async def op(tx: Any) -> None:
+        if await tx.one("SELECT 1 FROM projects WHERE slug = ?", (slug,)):
+            raise Conflict(f"a project named {slug!r} already exists", field="slug")
+        await tx.run("INSERT INTO projects (slug, title) VALUES (?, ?)", (slug, title or slug))
 
-    _do(config_file, data_dir, work)
+    _write(obj, op)
     click.echo(f"added project {slug}", err=True)
 
 
 @projects.command("remove")
 @click.argument("slug")
 @click.pass_obj
-def projects_remove(obj: tuple[Any, ...], slug: str) -> None:
-    data_dir, config_file, _ = obj
+def projects_remove(obj: Obj, slug: str) -> None:
+    async def op(tx: Any) -> None:
+        row = await tx.one("SELECT id FROM projects WHERE slug = ?", (slug,))
+        if row is None:
+            raise NotFound(f"no project named {slug!r}", field="slug")
+        if slug == "default" or await tx.one("SELECT 1 FROM toolkits WHERE project_id = ?", (row["id"],)):
+            raise Conflict(f"project {slug!r} is the default or still has toolkits", field="slug")
+        await tx.run("DELETE FROM projects WHERE id = ?", (row["id"],))
 
-    async def work(rt: Any) -> None:
-        async with rt.db.write() as tx:
-            row = await tx.one("SELECT id FROM projects WHERE slug = ?", (slug,))
-            if row is None:
-                raise NotFound(f"no project named {slug!r}", field="slug")
-            if slug == "default" or await tx.one("SELECT 1 FROM toolkits WHERE project_id = ?", (row["id"],)):
-                raise Conflict(f"project {slug!r} is the default or still has toolkits", field="slug")
-            await tx.run("DELETE FROM projects WHERE id = ?", (row["id"],))
-
-    _do(config_file, data_dir, work)
+    _write(obj, op)
     click.echo(f"removed project {slug}", err=True)
 
 
@@ -431,20 +362,19 @@ def toolkits_access(
     if allow and allow_all:
         fail("give --allow or --allow-all, not both", 2)
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.write() as tx:
-            kit_id = await grant_ops.find_toolkit(tx, OPERATOR, slug, project)
-            return await grant_ops.set_toolkit_access(
-                tx,
-                OPERATOR,
-                kit_id,
-                visibility=visibility,
-                default=is_default,
-                allowed_tools=[] if allow_all else (list(allow) or None),
-                owner_id=None if owner is None else await _user_id(tx, owner),
-            )
+    async def op(tx: Any) -> Any:
+        kit_id = await grant_ops.find_toolkit(tx, OPERATOR, slug, project)
+        return await grant_ops.set_toolkit_access(
+            tx,
+            OPERATOR,
+            kit_id,
+            visibility=visibility,
+            default=is_default,
+            allowed_tools=[] if allow_all else (list(allow) or None),
+            owner_id=None if owner is None else await _user_id(tx, owner),
+        )
 
-    access = _do(config_file, data_dir, work)
+    access = transact(data_dir, config_file, op)
     if as_json:
         emit(access)
         return

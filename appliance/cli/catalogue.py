@@ -11,15 +11,22 @@ import click
 import orjson
 
 from appliance.cli.acting import KEY, acting
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, guard, main, run, settings_for
+from appliance.cli.common import (
+    STORE,
+    emit,
+    fail,
+    guard,
+    main,
+    operate,
+    run,
+    settings_for,
+)
 from appliance.errors import ApplianceError
 
 
 @main.group(invoke_without_command=True)
 @click.option("--project", default=None)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @click.pass_context
 def toolkits(
     ctx: click.Context, project: str | None, data_dir: str | None, config_file: str | None, as_json: bool
@@ -77,9 +84,7 @@ def toolkits_remove(ctx: click.Context, slug: str, project: str) -> None:
 @click.option("--limit", type=click.IntRange(1, 100), default=None)
 @KEY
 @click.option("--explain", is_flag=True, help="Show lexical and semantic ranks and scores (hybrid).")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def search(
     query: str,
     toolkit: str | None,
@@ -95,8 +100,6 @@ def search(
     from appliance.gateway.bridge import describe
     from appliance.gateway.searching import search as run_search
 
-    settings = settings_for(config_file, data_dir=data_dir)
-
     async def work(rt: Any) -> Any:
         who = await acting(rt, key)
         return await run_search(
@@ -110,7 +113,7 @@ def search(
             ranking="hybrid" if explain else "auto",
         )
 
-    outcome = run(settings, work)
+    outcome = operate(data_dir, config_file, work)
     tools = [r.tool for r in outcome.results]
     if as_json:
         doc: dict[str, Any] = {"results": [describe(t) for t in tools], "ranking": outcome.ranking}
@@ -157,9 +160,7 @@ def _cell(value: Any, fmt: str) -> str:
 @click.option("--input", "input_json", default="{}", help="Arguments as a JSON object.")
 @click.option("--project", default=None)
 @KEY
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def call(
     tool: str,
     input_json: str,
@@ -178,12 +179,11 @@ def call(
         fail(f"--input is not valid JSON: {exc}", 2)
     if not isinstance(arguments, dict):
         fail("--input must be a JSON object", 2)
-    settings = settings_for(config_file, data_dir=data_dir)
 
     async def work(rt: Any) -> Any:
         return await call_tool(rt, await acting(rt, key), tool, arguments, project=project)
 
-    result = run(settings, work)
+    result = operate(data_dir, config_file, work)
     if as_json:
         emit(
             {
@@ -218,9 +218,7 @@ def call(
 )
 @click.option("--toolkit", default=None)
 @click.option("--project", default=None)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def eval_(
     queries: str,
     limit: int,
@@ -238,10 +236,10 @@ def eval_(
         items = read_queries(Path(queries).read_bytes())
     except ApplianceError as exc:
         fail(exc.public_message, 2)
-    settings = settings_for(config_file, data_dir=data_dir)
     started = time.perf_counter()
-    summary = run(
-        settings,
+    summary = operate(
+        data_dir,
+        config_file,
         lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project, ranking=ranking),  # type: ignore[arg-type]
     )
     if as_json:
@@ -262,16 +260,13 @@ def eval_(
 @main.command(name="sync")
 @click.argument("slug")
 @click.option("--project", default="default", show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Re-sync an MCP toolkit: new tools arrive pending, vanished ones are disabled."""
     from appliance.gateway import sync
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    report = run(settings, lambda rt: sync.resync_toolkit(rt, slug, project=project))
+    report = operate(data_dir, config_file, lambda rt: sync.resync_toolkit(rt, slug, project=project))
     if as_json:
         emit(report.as_dict())
         return
@@ -289,16 +284,13 @@ def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None
 @main.command()
 @click.argument("slug")
 @click.option("--project", default="default", show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def pending(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """List a toolkit's tools awaiting approval."""
     from appliance.gateway import sync
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    tools = run(settings, lambda rt: sync.list_pending(rt, slug, project))
+    tools = operate(data_dir, config_file, lambda rt: sync.list_pending(rt, slug, project))
     if as_json:
         emit({"toolkit": slug, "project": project, "pending": tools})
         return
@@ -313,9 +305,7 @@ def pending(slug: str, project: str, data_dir: str | None, config_file: str | No
 @click.option("--tool", "tool_names", multiple=True, metavar="NAME", help="A tool to approve (repeatable).")
 @click.option("--all", "approve_all", is_flag=True, help="Approve every pending tool.")
 @click.option("--project", default="default", show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def approve(
     slug: str,
@@ -331,9 +321,10 @@ def approve(
 
     if approve_all == bool(tool_names):
         fail("give --tool NAME (repeatable) or --all", 2)
-    settings = settings_for(config_file, data_dir=data_dir)
     chosen = None if approve_all else list(tool_names)
-    approved = run(settings, lambda rt: sync.approve(rt, slug, project=project, tools=chosen))
+    approved = operate(
+        data_dir, config_file, lambda rt: sync.approve(rt, slug, project=project, tools=chosen)
+    )
     if as_json:
         emit({"toolkit": slug, "project": project, "approved": approved})
         return
@@ -347,9 +338,7 @@ def approve(
 @click.argument("tool")
 @click.argument("kind", type=click.Choice(["read", "write", "destructive", "auto"]))
 @click.option("--project", default=None, help="Needed only when the name exists in several projects.")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def reclassify(
     tool: str, kind: str, project: str | None, data_dir: str | None, config_file: str | None, as_json: bool
@@ -357,8 +346,7 @@ def reclassify(
     """Set a tool's kind (it decides the runner agents must use); `auto` returns to the source's."""
     from appliance.gateway import sync
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    result = run(settings, lambda rt: sync.reclassify(rt, tool, kind, project=project))
+    result = operate(data_dir, config_file, lambda rt: sync.reclassify(rt, tool, kind, project=project))
     if as_json:
         emit(result)
         return

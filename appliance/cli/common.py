@@ -36,6 +36,19 @@ CONFIG = click.option(
 JSON_OUT = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+def _together(*options: Callable[[Any], Any]) -> Callable[[T], T]:
+    def apply(fn: T) -> T:
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+
+    return apply
+
+
+# The options of nearly every command: which data directory, which settings, JSON or text.
+STORE = _together(DATA_DIR, CONFIG, JSON_OUT)
+
+
 def settings_for(config_file: str | None = None, **cli: Any) -> config.Settings:
     try:
         return config.load(cli=cli, config_file=config_file)
@@ -71,6 +84,27 @@ def run(settings: config.Settings, work: Callable[[Any], Awaitable[T]]) -> T:
     except ApplianceError as exc:
         where = f" ({exc.field})" if exc.field and exc.field not in exc.public_message else ""
         fail(exc.public_message + where, 1)
+
+
+def operate(data_dir: str | None, config_file: str | None, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Load the settings (``--data-dir``, ``--config``), then ``run`` one operation."""
+    return run(settings_for(config_file, data_dir=data_dir), work)
+
+
+def transact(
+    data_dir: str | None,
+    config_file: str | None,
+    op: Callable[[Any], Awaitable[T]],
+    *,
+    write: bool = True,
+) -> T:
+    """``operate`` with one database transaction (``write=False``: a read-only one) given to ``op``."""
+
+    async def work(rt: Any) -> T:
+        async with rt.db.write() if write else rt.db.read() as conn:
+            return await op(conn)
+
+    return operate(data_dir, config_file, work)
 
 
 def guard(fn: Callable[..., T]) -> Callable[..., T]:

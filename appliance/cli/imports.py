@@ -8,7 +8,17 @@ from typing import Any
 import click
 import orjson
 
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.cli.common import (
+    DATA_DIR,
+    JSON_OUT,
+    STORE,
+    emit,
+    fail,
+    main,
+    operate,
+    run,
+    settings_for,
+)
 
 
 @main.group(name="import")
@@ -43,9 +53,7 @@ def _print_report(report: Any, as_json: bool) -> None:
 @click.option("--base-url", default=None, help="Override the spec's server URL.")
 @click.option("--dry-run", is_flag=True, help="Show the tools; store nothing.")
 @click.option("--replace", is_flag=True, help="Replace an existing toolkit with this slug.")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def import_openapi(
     source: str,
     slug: str,
@@ -60,9 +68,9 @@ def import_openapi(
     """Import an OpenAPI 3.x or Swagger 2.0 spec from a file or an http(s) URL."""
     from appliance.gateway import imports
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    report = run(
-        settings,
+    report = operate(
+        data_dir,
+        config_file,
         lambda rt: imports.import_openapi(
             rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
         ),
@@ -76,9 +84,7 @@ def import_openapi(
 @click.option("--project", default="default", show_default=True)
 @click.option("--dry-run", is_flag=True)
 @click.option("--replace", is_flag=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def import_catalog(
     source: str,
     slug: str,
@@ -92,9 +98,9 @@ def import_catalog(
     """Import tool definitions (JSONL: toolkit, name, description, input_schema) for search only."""
     from appliance.gateway import imports
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    report = run(
-        settings,
+    report = operate(
+        data_dir,
+        config_file,
         lambda rt: imports.import_catalog(
             rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
         ),

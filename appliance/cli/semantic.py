@@ -7,19 +7,16 @@ from typing import Any
 
 import click
 
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, main, run, settings_for
+from appliance.cli.common import STORE, emit, main, operate
 
 
 @main.command()
 @click.option("--batch", type=click.IntRange(1, 1024), default=32, show_default=True, help="Tools per write.")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def backfill(batch: int, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Embed every tool that lacks a current vector (resumable; safe beside a running server)."""
     from appliance.gateway.backfill import backfill as run_backfill
 
-    settings = settings_for(config_file, data_dir=data_dir)
     tty = sys.stderr.isatty()
     bar: Any = None
 
@@ -35,7 +32,9 @@ def backfill(batch: int, data_dir: str | None, config_file: str | None, as_json:
             click.echo(f"embedded {done}/{total}", err=True)
 
     try:
-        report = run(settings, lambda rt: run_backfill(rt, batch=batch, on_progress=progress))
+        report = operate(
+            data_dir, config_file, lambda rt: run_backfill(rt, batch=batch, on_progress=progress)
+        )
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -51,21 +50,17 @@ def backfill(batch: int, data_dir: str | None, config_file: str | None, as_json:
 
 @main.command()
 @click.argument("state", type=click.Choice(["on", "off", "status"]), default="status")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 def semantic(state: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Switch the semantic pass on or off at run time (every process, no restart), or show it."""
     from appliance.gateway import semantic_admin
-
-    settings = settings_for(config_file, data_dir=data_dir)
 
     async def work(rt: Any) -> dict[str, Any]:
         if state != "status":
             await semantic_admin.switch(rt, state == "on")
         return await semantic_admin.status(rt)
 
-    doc = run(settings, work)
+    doc = operate(data_dir, config_file, work)
     if as_json:
         emit(doc)
         return

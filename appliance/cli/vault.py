@@ -14,7 +14,18 @@ import click
 
 from appliance import config
 from appliance.cli.catalogue import toolkits
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, guard, main, run, settings_for
+from appliance.cli.common import (
+    CONFIG,
+    DATA_DIR,
+    STORE,
+    emit,
+    fail,
+    guard,
+    main,
+    operate,
+    run,
+    settings_for,
+)
 
 _SCHEMES = ("bearer", "header", "query", "cookie", "basic", "oauth2", "env")
 
@@ -89,9 +100,7 @@ def credentials() -> None:
     "--secret-env", "secret_env", multiple=True, metavar="NAME=VAR", help="env: a child variable from ours."
 )
 @click.option("--project", default="default", show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def credentials_set(
     slug: str,
@@ -137,16 +146,16 @@ def credentials_set(
     doc.update({k: v for k, v in optional.items() if v is not None})
     if client_secret_env is not None:
         doc["client_secret"] = secret_from(client_secret_env, False, what="client secret")
-    settings = settings_for(config_file, data_dir=data_dir)
-    _show(run(settings, lambda rt: creds.set_credential(rt, slug, doc, project=project)), as_json)
+    _show(
+        operate(data_dir, config_file, lambda rt: creds.set_credential(rt, slug, doc, project=project)),
+        as_json,
+    )
 
 
 @credentials.command("show")
 @click.argument("slug")
 @click.option("--project", default="default", show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def credentials_show(
     slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool
@@ -154,8 +163,9 @@ def credentials_show(
     """Whether SLUG has a credential, its scheme and when it changed; never the value."""
     from appliance.gateway import credentials as creds
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    _show(run(settings, lambda rt: creds.show_credential(rt, slug, project=project)), as_json)
+    _show(
+        operate(data_dir, config_file, lambda rt: creds.show_credential(rt, slug, project=project)), as_json
+    )
 
 
 @credentials.command("clear")
@@ -168,8 +178,7 @@ def credentials_clear(slug: str, project: str, data_dir: str | None, config_file
     """Remove SLUG's credential; its calls then go out without one."""
     from appliance.gateway import credentials as creds
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    removed = run(settings, lambda rt: creds.clear_credential(rt, slug, project=project))
+    removed = operate(data_dir, config_file, lambda rt: creds.clear_credential(rt, slug, project=project))
     click.echo(f"{project}/{slug}: {'credential cleared' if removed else 'had no credential'}")
 
 
@@ -179,9 +188,7 @@ def vault() -> None:
 
 
 @vault.command("status")
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def vault_status(data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Key versions, and how many secrets each still seals."""
@@ -206,9 +213,7 @@ def vault_status(data_dir: str | None, config_file: str | None, as_json: bool) -
 
 @vault.command("rotate")
 @click.option("--batch", type=click.IntRange(1, 100000), default=500, show_default=True)
-@DATA_DIR
-@CONFIG
-@JSON_OUT
+@STORE
 @guard
 def vault_rotate(batch: int, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Make a new key version and re-seal every secret under it (safe while serving)."""

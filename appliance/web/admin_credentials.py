@@ -22,120 +22,85 @@ from __future__ import annotations
 from typing import Any
 
 from sanic import Blueprint, Request, response
-from sanic.response import HTTPResponse
 
-from appliance.access import grants
-from appliance.errors import ApplianceError, InvalidParams, UpstreamError
+from appliance.errors import InvalidParams
 from appliance.gateway import credentials, imports
-from appliance.web.admin import body, error_response, person_only
+from appliance.web.admin_routes import answers, body, managed, person_only, project, ssrf_unprocessable
 
 bp = Blueprint("admin_credentials", url_prefix="/api/v1")
 bp.on_request(person_only)
 
 
-async def _managed(request: Request, slug: str, project: str) -> None:
-    """The caller owns the toolkit or is an admin; anything else is a toolkit that does not exist."""
-    async with request.app.ctx.rt.db.read() as conn:
-        await grants.find_toolkit(conn, request.ctx.principal, slug, project)
-
-
-def _project(request: Request, doc: dict[str, Any] | None = None) -> str:
-    value = (doc or {}).get("project", request.args.get("project", "default"))
-    if not isinstance(value, str) or not value:
-        raise InvalidParams("'project' must be a non-empty string", field="project")
-    return value
-
-
-def _refused(exc: ApplianceError) -> HTTPResponse:
-    # A URL the guard refuses is a bad request naming the field (SSRF-01: 422), not a 502.
-    if isinstance(exc, UpstreamError) and exc.reason == "ssrf_blocked":
-        return error_response(exc, 422)
-    return error_response(exc)
-
-
 @bp.put("/toolkits/<slug>/credentials")
-async def put_credentials(request: Request, slug: str) -> HTTPResponse:
-    try:
-        doc = body(request)
-        project = _project(request, doc)
-        await _managed(request, slug, project)
-        shown = await credentials.set_credential(request.app.ctx.rt, slug, doc, project=project)
-    except ApplianceError as exc:
-        return _refused(exc)
-    return response.json(shown)
+@answers(refuse=ssrf_unprocessable)
+async def put_credentials(request: Request, slug: str) -> Any:
+    doc = body(request)
+    kit_project = project(request, doc)
+    await managed(request, slug, kit_project)
+    return await credentials.set_credential(request.app.ctx.rt, slug, doc, project=kit_project)
 
 
 @bp.get("/toolkits/<slug>/credentials")
-async def get_credentials(request: Request, slug: str) -> HTTPResponse:
-    try:
-        project = _project(request)
-        await _managed(request, slug, project)
-        shown = await credentials.show_credential(request.app.ctx.rt, slug, project=project)
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json(shown)
+@answers()
+async def get_credentials(request: Request, slug: str) -> Any:
+    kit_project = project(request)
+    await managed(request, slug, kit_project)
+    return await credentials.show_credential(request.app.ctx.rt, slug, project=kit_project)
 
 
 @bp.delete("/toolkits/<slug>/credentials")
-async def delete_credentials(request: Request, slug: str) -> HTTPResponse:
-    try:
-        project = _project(request)
-        await _managed(request, slug, project)
-        removed = await credentials.clear_credential(request.app.ctx.rt, slug, project=project)
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json({"toolkit": slug, "project": project, "cleared": removed})
+@answers()
+async def delete_credentials(request: Request, slug: str) -> Any:
+    kit_project = project(request)
+    await managed(request, slug, kit_project)
+    removed = await credentials.clear_credential(request.app.ctx.rt, slug, project=kit_project)
+    return {"toolkit": slug, "project": kit_project, "cleared": removed}
 
 
 @bp.put("/toolkits/<slug>/limits")
-async def put_limits(request: Request, slug: str) -> HTTPResponse:
-    try:
-        doc = body(request)
-        if "max_response_bytes" not in doc:
-            raise InvalidParams(
-                "give 'max_response_bytes' (bytes, or null for the setting)", field="max_response_bytes"
-            )
-        project = _project(request, doc)
-        await _managed(request, slug, project)
-        shown = await credentials.set_response_cap(
-            request.app.ctx.rt, slug, doc["max_response_bytes"], project=project
+@answers()
+async def put_limits(request: Request, slug: str) -> Any:
+    doc = body(request)
+    if "max_response_bytes" not in doc:
+        raise InvalidParams(
+            "give 'max_response_bytes' (bytes, or null for the setting)", field="max_response_bytes"
         )
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json(shown)
+    kit_project = project(request, doc)
+    await managed(request, slug, kit_project)
+    return await credentials.set_response_cap(
+        request.app.ctx.rt, slug, doc["max_response_bytes"], project=kit_project
+    )
 
 
 @bp.post("/toolkits/mcp")
-async def import_mcp(request: Request) -> HTTPResponse:
-    try:
-        doc = body(request)
-        slug, url = doc.get("slug"), doc.get("url")
-        if not isinstance(slug, str) or not slug:
-            raise InvalidParams("'slug' must be a non-empty string", field="slug")
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidParams("'url' must be the server's http(s) URL", field="url")
-        transport = doc.get("transport", "auto")
-        if transport not in ("auto", "http", "sse"):
-            raise InvalidParams("'transport' must be auto, http or sse", field="transport")
-        auth = doc.get("auth")
-        if auth is not None and not isinstance(auth, dict):
-            raise InvalidParams("'auth' must be an object with a 'scheme'", field="auth")
-        flags = {k: doc.get(k, False) for k in ("dry_run", "replace", "require_approval")}
-        for key, value in flags.items():
-            if not isinstance(value, bool):
-                raise InvalidParams(f"'{key}' must be true or false", field=key)
-        connection = imports.mcp_connection(url=url, transport=transport)
-        report = await imports.import_mcp(
-            request.app.ctx.rt,
-            connection,
-            slug=slug,
-            project=_project(request, doc),
-            dry_run=flags["dry_run"],
-            replace=flags["replace"],
-            approve_new=flags["require_approval"],
-            credential=auth,
-            importer=request.ctx.principal,
-        )
-    except ApplianceError as exc:
-        return _refused(exc)
+@answers(refuse=ssrf_unprocessable)
+async def import_mcp(request: Request) -> Any:
+    doc = body(request)
+    slug, url = doc.get("slug"), doc.get("url")
+    if not isinstance(slug, str) or not slug:
+        raise InvalidParams("'slug' must be a non-empty string", field="slug")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InvalidParams("'url' must be the server's http(s) URL", field="url")
+    transport = doc.get("transport", "auto")
+    if transport not in ("auto", "http", "sse"):
+        raise InvalidParams("'transport' must be auto, http or sse", field="transport")
+    auth = doc.get("auth")
+    if auth is not None and not isinstance(auth, dict):
+        raise InvalidParams("'auth' must be an object with a 'scheme'", field="auth")
+    flags = {k: doc.get(k, False) for k in ("dry_run", "replace", "require_approval")}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidParams(f"'{key}' must be true or false", field=key)
+    connection = imports.mcp_connection(url=url, transport=transport)
+    report = await imports.import_mcp(
+        request.app.ctx.rt,
+        connection,
+        slug=slug,
+        project=project(request, doc),
+        dry_run=flags["dry_run"],
+        replace=flags["replace"],
+        approve_new=flags["require_approval"],
+        credential=auth,
+        importer=request.ctx.principal,
+    )
     return response.json(report.as_dict(), status=200 if report.dry_run else 201)

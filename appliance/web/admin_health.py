@@ -10,12 +10,12 @@ Same admin checks as ``web/admin.py`` (Host, Origin, admin key), same error shap
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request, response
-from sanic.response import HTTPResponse
+from typing import Any
 
-from appliance.errors import ApplianceError
+from sanic import Blueprint, Request
+
 from appliance.gateway import health
-from appliance.web.admin import admin_only, error_response
+from appliance.web.admin_routes import admin_only, answers
 
 bp = Blueprint("admin_health", url_prefix="/api/v1")
 
@@ -24,20 +24,12 @@ bp.on_request(admin_only)
 
 
 @bp.get("/health/toolkits")
-async def toolkits_health(request: Request) -> HTTPResponse:
-    try:
-        rows = await health.toolkit_health(request.app.ctx.rt, project=request.args.get("project"))
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json({"toolkits": rows})
+@answers()
+async def toolkits_health(request: Request) -> Any:
+    return {"toolkits": await health.toolkit_health(request.app.ctx.rt, project=request.args.get("project"))}
 
 
 @bp.post("/toolkits/<slug>/probe")
-async def probe(request: Request, slug: str) -> HTTPResponse:
-    try:
-        row = await health.probe_named(
-            request.app.ctx.rt, slug, project=request.args.get("project", "default")
-        )
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json(row)
+@answers()
+async def probe(request: Request, slug: str) -> Any:
+    return await health.probe_named(request.app.ctx.rt, slug, project=request.args.get("project", "default"))

@@ -11,12 +11,13 @@ Same admin checks as ``web/admin.py`` (Host, Origin, admin key), same error shap
 
 from __future__ import annotations
 
-from sanic import Blueprint, Request, response
-from sanic.response import HTTPResponse
+from typing import Any
 
-from appliance.errors import ApplianceError, InvalidParams
+from sanic import Blueprint, Request
+
+from appliance.errors import InvalidParams
 from appliance.gateway import semantic_admin
-from appliance.web.admin import admin_only, body, error_response
+from appliance.web.admin_routes import admin_only, answers, body
 
 bp = Blueprint("admin_search", url_prefix="/api/v1")
 
@@ -24,20 +25,16 @@ bp.on_request(admin_only)
 
 
 @bp.get("/search/semantic")
-async def semantic_status(request: Request) -> HTTPResponse:
-    try:
-        return response.json(await semantic_admin.status(request.app.ctx.rt))
-    except ApplianceError as exc:
-        return error_response(exc)
+@answers()
+async def semantic_status(request: Request) -> Any:
+    return await semantic_admin.status(request.app.ctx.rt)
 
 
 @bp.put("/search/semantic")
-async def semantic_switch(request: Request) -> HTTPResponse:
-    try:
-        doc = body(request)
-        if not isinstance(doc.get("enabled"), bool):
-            raise InvalidParams('body must be {"enabled": true|false}', field="enabled")
-        await semantic_admin.switch(request.app.ctx.rt, doc["enabled"])
-        return response.json(await semantic_admin.status(request.app.ctx.rt))
-    except ApplianceError as exc:
-        return error_response(exc)
+@answers()
+async def semantic_switch(request: Request) -> Any:
+    doc = body(request)
+    if not isinstance(doc.get("enabled"), bool):
+        raise InvalidParams('body must be {"enabled": true|false}', field="enabled")
+    await semantic_admin.switch(request.app.ctx.rt, doc["enabled"])
+    return await semantic_admin.status(request.app.ctx.rt)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request, Sanic, response
-from sanic.response import HTTPResponse
+from sanic import Blueprint, Request, Sanic
 
-from appliance.access import grants, principals
-from appliance.errors import ApplianceError, InvalidParams, UpstreamError
+from appliance.access import principals
+from appliance.errors import InvalidParams
 from appliance.gateway import sync
 from appliance.gateway.sync_schedule import ResyncScheduler
-from appliance.web.admin import error_response, person_only
+from appliance.web.admin_routes import answers, body, managed, person_only, upstream_bad_gateway
 
 bp = Blueprint("admin_sync", url_prefix="/api/v1")
 
@@ -34,22 +33,8 @@ bp = Blueprint("admin_sync", url_prefix="/api/v1")
 bp.on_request(person_only)
 
 
-async def _managed(request: Request, slug: str, project: str) -> None:
-    """The caller owns the toolkit or is an admin; anything else is a toolkit that does not exist."""
-    async with request.app.ctx.rt.db.read() as conn:
-        await grants.find_toolkit(conn, request.ctx.principal, slug, project)
-
-
 def _body(request: Request, *, optional: bool = False) -> dict[str, Any]:
-    if optional and not request.body:
-        return {}
-    try:
-        doc = request.json
-    except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
-        raise InvalidParams("request body is not valid JSON", field="body") from None
-    if not isinstance(doc, dict):
-        raise InvalidParams("request body must be a JSON object", field="body")
-    return doc
+    return body(request, optional=optional, check_text=False)
 
 
 def _project(request: Request, doc: dict[str, Any], default: str | None = "default") -> str | None:
@@ -61,70 +46,60 @@ def _project(request: Request, doc: dict[str, Any], default: str | None = "defau
     return value
 
 
+async def _managed_project(request: Request, slug: str, doc: dict[str, Any]) -> str:
+    project = _project(request, doc)
+    assert project is not None
+    await managed(request, slug, project)
+    return project
+
+
 @bp.post("/toolkits/<slug>/sync")
-async def sync_toolkit(request: Request, slug: str) -> HTTPResponse:
-    try:
-        doc = _body(request, optional=True)
-        project = _project(request, doc)
-        assert project is not None
-        await _managed(request, slug, project)
-        report = await sync.resync_toolkit(request.app.ctx.rt, slug, project=project)
-    except ApplianceError as exc:
-        # An upstream that cannot be listed is the upstream's failure: 502 with its reason.
-        return error_response(exc, 502 if isinstance(exc, UpstreamError) else None)
-    return response.json(report.as_dict())
+@answers(refuse=upstream_bad_gateway)
+async def sync_toolkit(request: Request, slug: str) -> Any:
+    project = await _managed_project(request, slug, _body(request, optional=True))
+    report = await sync.resync_toolkit(request.app.ctx.rt, slug, project=project)
+    return report.as_dict()
 
 
 @bp.get("/toolkits/<slug>/pending")
-async def pending(request: Request, slug: str) -> HTTPResponse:
-    try:
-        project = _project(request, {})
-        assert project is not None
-        await _managed(request, slug, project)
-        tools = await sync.list_pending(request.app.ctx.rt, slug, project)
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json({"toolkit": slug, "project": project, "pending": tools})
+@answers()
+async def pending(request: Request, slug: str) -> Any:
+    project = await _managed_project(request, slug, {})
+    tools = await sync.list_pending(request.app.ctx.rt, slug, project)
+    return {"toolkit": slug, "project": project, "pending": tools}
 
 
 @bp.post("/toolkits/<slug>/approve")
-async def approve(request: Request, slug: str) -> HTTPResponse:
-    try:
-        doc = _body(request)
-        project = _project(request, doc)
-        assert project is not None
-        await _managed(request, slug, project)
-        every, names = doc.get("all"), doc.get("tools")
-        if every is not None and not isinstance(every, bool):
-            raise InvalidParams("'all' must be true or false", field="all")
-        if every and names is not None:
-            raise InvalidParams("give either 'tools' or 'all', not both", field="tools")
-        tools: list[str] | None = None
-        if not every:
-            if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
-                raise InvalidParams(
-                    "'tools' must be a non-empty list of tool names (or send {\"all\": true})", field="tools"
-                )
-            tools = [str(n) for n in names]
-        approved = await sync.approve(request.app.ctx.rt, slug, project=project, tools=tools)
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json({"toolkit": slug, "project": project, "approved": approved})
+@answers()
+async def approve(request: Request, slug: str) -> Any:
+    doc = _body(request)
+    project = await _managed_project(request, slug, doc)
+    every, names = doc.get("all"), doc.get("tools")
+    if every is not None and not isinstance(every, bool):
+        raise InvalidParams("'all' must be true or false", field="all")
+    if every and names is not None:
+        raise InvalidParams("give either 'tools' or 'all', not both", field="tools")
+    tools: list[str] | None = None
+    if not every:
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+            raise InvalidParams(
+                "'tools' must be a non-empty list of tool names (or send {\"all\": true})", field="tools"
+            )
+        tools = [str(n) for n in names]
+    approved = await sync.approve(request.app.ctx.rt, slug, project=project, tools=tools)
+    return {"toolkit": slug, "project": project, "approved": approved}
 
 
 @bp.post("/tools/<name>/kind")
-async def reclassify(request: Request, name: str) -> HTTPResponse:
-    try:
-        principals.require_admin(request.ctx.principal)
-        doc = _body(request)
-        if "kind" not in doc:
-            raise InvalidParams("'kind' is required: read, write, destructive or auto", field="kind")
-        result = await sync.reclassify(
-            request.app.ctx.rt, name, doc["kind"], project=_project(request, doc, default=None)
-        )
-    except ApplianceError as exc:
-        return error_response(exc)
-    return response.json(result)
+@answers()
+async def reclassify(request: Request, name: str) -> Any:
+    principals.require_admin(request.ctx.principal)
+    doc = _body(request)
+    if "kind" not in doc:
+        raise InvalidParams("'kind' is required: read, write, destructive or auto", field="kind")
+    return await sync.reclassify(
+        request.app.ctx.rt, name, doc["kind"], project=_project(request, doc, default=None)
+    )
 
 
 def install(app: Sanic) -> None:

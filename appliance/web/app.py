@@ -24,6 +24,7 @@ from appliance.web import (
     admin_credentials,
     admin_ledger,
     admin_openapi,
+    admin_people,
     admin_sync,
     demo,
     mcp,
@@ -64,7 +65,8 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.ctx.demo_notes = demo.NoteStore()
     app.blueprint(mcp.bp)
     app.blueprint(admin.bp)
-    app.blueprint(admin_access.bp)  # users, agents, keys, projects, toolkit access, grants
+    app.blueprint(admin_people.bp)  # the caller, users, agents, keys
+    app.blueprint(admin_access.bp)  # projects, toolkit access, grants
     app.blueprint(admin_openapi.bp)
     app.blueprint(admin_credentials.bp)
     app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
