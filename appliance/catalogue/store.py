@@ -99,8 +99,17 @@ async def store_toolkit(
     """
     pid = await ensure_project(tx, project)
     existing = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, draft.slug))
-    meta = dumps(draft.meta)
     connection = None if draft.connection is None else dumps(draft.connection)
+    fields = (
+        draft.source_kind,
+        draft.title,
+        draft.description,
+        draft.guide,
+        draft.base_url,
+        draft.source,
+        dumps(draft.meta),
+        connection,
+    )
     if existing is not None:
         if not replace:
             raise Conflict(
@@ -112,34 +121,13 @@ async def store_toolkit(
             "UPDATE toolkits SET source_kind = ?, title = ?, description = ?, guide = ?, base_url = ?,"
             " source = ?, meta = ?, connection = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
             " WHERE id = ?",
-            (
-                draft.source_kind,
-                draft.title,
-                draft.description,
-                draft.guide,
-                draft.base_url,
-                draft.source,
-                meta,
-                connection,
-                kit_id,
-            ),
+            (*fields, kit_id),
         )
         return kit_id, None
     kit_id = await tx.run(
         "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
         " source, meta, connection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            pid,
-            draft.slug,
-            draft.source_kind,
-            draft.title,
-            draft.description,
-            draft.guide,
-            draft.base_url,
-            draft.source,
-            meta,
-            connection,
-        ),
+        (pid, draft.slug, *fields),
     )
     stored: list[tuple[int, ToolDraft]] = []
     for tool in draft.tools:
