@@ -171,11 +171,6 @@ class McpPool:
         if self._listens.get(key) is task:
             del self._listens[key]
 
-    def listening(self, key: str) -> bool:
-        """Whether ``key``'s pooled session keeps a subscriptions/listen stream."""
-        task = self._listens.get(key)
-        return task is not None and not task.done()
-
     def pooled(self, key: str) -> McpSession | None:
         """The live pooled session of ``key``, if there is one (never opens one)."""
         held = self._sessions.get(key)
