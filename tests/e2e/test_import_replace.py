@@ -8,6 +8,7 @@ again; vanished ones are disabled; a returning one is pending.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,9 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with running_appliance(tmp_path_factory.mktemp("replace") / "data") as running:
+    # Access, not spend, is under test: an agent's calls cost nothing here.
+    env = {"TOOLSPOKE_DEFAULT_FEE": "0"}
+    with running_appliance(tmp_path_factory.mktemp("replace") / "data", env=env) as running:
         yield running
 
 
@@ -43,12 +46,18 @@ def cli_import(app: Appliance, url: str, slug: str, *extra: str) -> dict[str, An
     return dict(json.loads(done.stdout))
 
 
-def test_an_mcp_replace_keeps_approvals_and_kinds_of_unchanged_tools_and_resyncs_the_rest(
+def test_an_mcp_replace_keeps_approvals_kinds_and_grants_of_unchanged_tools_and_resyncs_the_rest(
     app: Appliance, tmp_path: Path
 ) -> None:
     with dynamic_upstream(tmp_path, ["alpha", "beta", "gamma"]) as up, admin(app) as api:
         assert cli_import(app, up.url, "rep")["tool_count"] == 3
         assert ok(api.post("/tools/rep__beta/kind", json={"kind": "write"}))["runner"] == "run_tool"
+        # An agent granted beta alone (a grant of selected tools).
+        agent = api.post("/agents", json={"name": "rep-agent"}).raise_for_status().json()["id"]
+        agent_key = api.post("/keys", json={"agent_id": agent}).raise_for_status().json()["key"]
+        grant = {"agent_id": agent, "toolkit": "rep", "tools": ["rep__beta"]}
+        assert api.post("/grants", json=grant).status_code == 201
+        as_agent = dataclasses.replace(app, key=agent_key)
 
         up.set(["alpha", "beta"], alpha_v2=True)  # alpha changed, beta unchanged, gamma gone
         report = cli_import(app, up.url, "rep", "--replace")
@@ -75,6 +84,19 @@ def test_an_mcp_replace_keeps_approvals_and_kinds_of_unchanged_tools_and_resyncs
                 assert await visible(client, "rep__gamma", "count the characters", "rep") == NOWHERE
 
         run(after_cli())
+
+        async def agent_after_cli() -> None:
+            async with connect(as_agent) as client:  # the grant of beta alone still stands
+                assert await outcome(client, "run_tool", {"tool": "rep__beta", "input": {"text": "x"}}) == (
+                    False,
+                    "beta:x",
+                )
+                found = (
+                    await client.call_tool("search_tools", {"query": "text", "toolkit": "rep"})
+                ).structured_content
+                assert {r["name"] for r in found["results"]} == {"rep__beta"}
+
+        run(agent_after_cli())
         pending = ok(api.get("/toolkits/rep/pending"))["pending"]
         assert [p["name"] for p in pending] == ["rep__alpha"]
         assert "loud" in pending[0]["input_schema"]["properties"]  # the new definition is stored
