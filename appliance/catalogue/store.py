@@ -88,19 +88,28 @@ async def ensure_project(tx: WriteTx, project: str) -> int:
 
 async def store_toolkit(
     tx: WriteTx, draft: ToolkitDraft, *, project: str, replace: bool, state: str = "active"
-) -> tuple[int, list[tuple[int, ToolDraft]], list[int]]:
-    """Insert (or replace) a toolkit and its tools.
+) -> tuple[int, list[tuple[int, ToolDraft]] | None]:
+    """Insert a toolkit and its tools, or with ``replace`` update an existing toolkit's row.
 
-    Tools are stored in ``state`` (``pending`` when the owner asked to approve them first)
-    with their fingerprint, which later re-syncs compare against (see ``catalogue/sync``).
-    Returns the toolkit id, the new tools with their ids, and the ids of tools removed by
-    a replace (so the caller can drop them from the search index in the same transaction).
+    New tools are stored in ``state`` (``pending`` when the owner asked to approve them
+    first) with their fingerprint, which later re-syncs compare against (see
+    ``catalogue/sync``). Returns the toolkit id and the new tools with their ids; None for
+    the tools of a replaced toolkit, which this leaves alone: the caller re-imports them
+    with ``sync_store.replace_tools`` (a replace keeps approvals, kinds, grants, vectors).
     """
     pid = await ensure_project(tx, project)
     existing = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, draft.slug))
-    removed: list[int] = []
-    meta = dumps(draft.meta)
     connection = None if draft.connection is None else dumps(draft.connection)
+    fields = (
+        draft.source_kind,
+        draft.title,
+        draft.description,
+        draft.guide,
+        draft.base_url,
+        draft.source,
+        dumps(draft.meta),
+        connection,
+    )
     if existing is not None:
         if not replace:
             raise Conflict(
@@ -108,41 +117,18 @@ async def store_toolkit(
                 field="slug",
             )
         kit_id = int(existing["id"])
-        removed = [int(r["id"]) for r in await tx.all("SELECT id FROM tools WHERE toolkit_id = ?", (kit_id,))]
-        await tx.run("DELETE FROM tools WHERE toolkit_id = ?", (kit_id,))
         await tx.run(
             "UPDATE toolkits SET source_kind = ?, title = ?, description = ?, guide = ?, base_url = ?,"
             " source = ?, meta = ?, connection = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
             " WHERE id = ?",
-            (
-                draft.source_kind,
-                draft.title,
-                draft.description,
-                draft.guide,
-                draft.base_url,
-                draft.source,
-                meta,
-                connection,
-                kit_id,
-            ),
+            (*fields, kit_id),
         )
-    else:
-        kit_id = await tx.run(
-            "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
-            " source, meta, connection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                pid,
-                draft.slug,
-                draft.source_kind,
-                draft.title,
-                draft.description,
-                draft.guide,
-                draft.base_url,
-                draft.source,
-                meta,
-                connection,
-            ),
-        )
+        return kit_id, None
+    kit_id = await tx.run(
+        "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
+        " source, meta, connection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (pid, draft.slug, *fields),
+    )
     stored: list[tuple[int, ToolDraft]] = []
     for tool in draft.tools:
         tool_id = await tx.run(
@@ -165,7 +151,7 @@ async def store_toolkit(
             ),
         )
         stored.append((tool_id, tool))
-    return kit_id, stored, removed
+    return kit_id, stored
 
 
 async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> list[int]:

@@ -19,7 +19,7 @@ tool keeps its stored gateway name so that agents' references stay valid.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -173,3 +173,39 @@ def plan_sync(stored: list[StoredTool], fresh: list[ToolDraft], slug: str) -> Sy
         if upstream not in fresh_by_upstream and old.state != "disabled":
             plan.steps.append(Step("disable", "removed", old.name, "disabled", old.id))
     return plan
+
+
+def plan_replace(
+    stored: list[StoredTool], fresh: list[ToolDraft], slug: str, *, new_state: ToolState, approvals: bool
+) -> SyncPlan:
+    """A re-import (``--replace``) over an existing toolkit: a re-sync that rewrites definitions.
+
+    Tools are matched by upstream name exactly as ``plan_sync`` does, so a matched tool keeps
+    its id, name and kind override (and with them grants, allow-lists and vectors). Every
+    matched tool is rewritten from the fresh import (an OpenAPI binding or title may change
+    without touching the fingerprint). States:
+
+    - unchanged: keeps its state (an approval stands);
+    - changed or returned, ``approvals`` (MCP, as a re-sync): ``pending``;
+    - changed, otherwise (OpenAPI, catalogue: the operator's re-import is the review):
+      keeps its state; returned: ``new_state``;
+    - new: ``new_state`` (the import's: ``active``, or ``pending`` with approve-new);
+    - gone: ``disabled``.
+    """
+    plan = plan_sync(stored, fresh, slug)
+    old = {t.id: t for t in stored}
+    drafts = {d.upstream_name: d for d in fresh}
+    steps: list[Step] = []
+    for step in plan.steps:
+        if step.action == "insert":
+            steps.append(replace(step, state=new_state))
+        elif step.action in ("update", "keep") and step.tool_id is not None:
+            before = old[step.tool_id]
+            state: ToolState = before.state
+            if step.why != "unchanged":
+                state = "pending" if approvals else (new_state if step.why == "returned" else before.state)
+            draft = drafts[before.upstream_name]
+            steps.append(replace(step, action="update", state=state, draft=draft))
+        else:
+            steps.append(step)
+    return SyncPlan(steps)

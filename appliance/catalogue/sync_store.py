@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from appliance.catalogue.sync import STATES, StoredTool, SyncPlan, ToolState
+from appliance.catalogue.sync import STATES, StoredTool, SyncPlan, ToolState, plan_replace
 from appliance.db import ReadConn, WriteTx, dumps, loads
 from appliance.errors import InvalidParams, NotFound
-from appliance.models import KINDS, Kind
+from appliance.models import KINDS, Kind, ToolDraft
 
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
@@ -125,6 +125,18 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
         [(s.fingerprint, s.tool_id) for s in plan.steps if s.action == "keep"],
     )
     await tx.run(f"UPDATE toolkits SET updated_at = {_NOW} WHERE id = ?", (toolkit_id,))
+
+
+async def replace_tools(
+    tx: WriteTx, toolkit_id: int, slug: str, fresh: list[ToolDraft], *, state: ToolState, approvals: bool
+) -> SyncPlan:
+    """Re-import ``fresh`` over the toolkit's tools (``catalogue/sync.plan_replace``) and apply it.
+
+    The caller keeps the index in step: ``plan.leaving_index`` out, then the active tools in.
+    """
+    plan = plan_replace(await stored_tools(tx, toolkit_id), fresh, slug, new_state=state, approvals=approvals)
+    await apply_plan(tx, toolkit_id, plan)
+    return plan
 
 
 async def set_state(tx: WriteTx, tool_ids: list[int], state: ToolState) -> None:

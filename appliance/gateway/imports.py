@@ -10,16 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from appliance.access import grants, limits
-from appliance.catalogue import store
+from appliance.catalogue import store, sync_store
 from appliance.catalogue.catalog_jsonl import convert_catalog
 from appliance.catalogue.mcp_listing import convert_tools_list
 from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
+from appliance.catalogue.sync import ToolState
 from appliance.errors import ImportFailed, UpstreamError
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
-from appliance.models import Principal, ToolkitDraft
+from appliance.gateway.sync import index_ids
+from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
 from appliance.upstream.processes import StdioSpec, check_spec
 
@@ -36,6 +38,7 @@ class ImportReport:
     replaced: bool = False
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    changes: dict[str, Any] | None = None  # a replace: added, changed, removed, returned, pending
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -49,8 +52,12 @@ class ImportReport:
             "tools": self.tools,
             "skipped": self.skipped,
             "notes": self.notes,
+            **({"changes": self.changes} if self.changes is not None else {}),
             "seconds": round(self.seconds, 3),
         }
+
+    def apply(self, stored: _Stored) -> None:
+        self.replaced, self.changes = stored.replaced, stored.changes
 
 
 async def read_source(rt: Runtime, source: str) -> bytes:
@@ -95,6 +102,12 @@ async def count_import(rt: Runtime, importer: Principal | None) -> None:
         )
 
 
+@dataclass
+class _Stored:
+    replaced: bool
+    changes: dict[str, Any] | None = None  # a replace: what it did to the existing tools
+
+
 async def _store(
     rt: Runtime,
     draft: ToolkitDraft,
@@ -104,43 +117,52 @@ async def _store(
     approve_new: bool = False,
     importer: Principal | None = None,
     credential: CredentialInput | None = None,
-) -> bool:
+) -> _Stored:
     # approve_new: the tools wait as `pending` for an owner's approval, so they stay out of
     # the search index (it holds active tools only) until approved.
-    state = "pending" if approve_new else "active"
+    state: ToolState = "pending" if approve_new else "active"
+    outcome = _Stored(replaced=False)
     async with rt.db.write() as tx:
         existed = importer is not None and await grants.check_import_target(tx, importer, draft.slug, project)
-        kit_id, stored, removed = await store.store_toolkit(
-            tx, draft, project=project, replace=replace, state=state
-        )
+        kit_id, stored = await store.store_toolkit(tx, draft, project=project, replace=replace, state=state)
         if importer is not None and not existed:
             # A new toolkit belongs to whoever imported it (the CLI's: the platform's).
             await grants.set_owner(tx, kit_id, None if importer.operator else importer.user_id)
         if credential is not None:  # sealed in the same transaction: all or nothing
             await store_credential(tx, rt, kit_id, credential)
-        if removed:
-            await fts.unindex(tx, removed)
-        if approve_new:
-            stored = []
-        await fts.index_tools(
-            tx,
-            [
-                fts.IndexRow(
-                    tool_id=tool_id,
-                    name=t.name,
-                    toolkit=draft.slug,
-                    group=t.group,
-                    upstream_name=t.upstream_name,
-                    description=t.description,
-                    input_schema=t.input_schema,
-                )
-                for tool_id, t in stored
-            ],
-        )
+        if stored is None:
+            # A replace is a re-sync from the fresh import: matched tools keep their ids, so
+            # approvals, kind overrides, grants and vectors survive (catalogue/sync.plan_replace).
+            approvals = draft.source_kind == "mcp"
+            plan = await sync_store.replace_tools(
+                tx, kit_id, draft.slug, draft.tools, state=state, approvals=approvals
+            )
+            await fts.unindex(tx, plan.leaving_index)
+            # Every matched tool was rewritten (and left the index): index what is active now.
+            active = await sync_store.stored_tools(tx, kit_id, state="active")
+            await index_ids(tx, [t.id for t in active])
+            pending = await sync_store.stored_tools(tx, kit_id, state="pending")
+            outcome = _Stored(replaced=True, changes={**plan.as_dict(), "pending": [t.name for t in pending]})
+        else:
+            await fts.index_tools(
+                tx, [] if approve_new else [_index_row(draft.slug, i, t) for i, t in stored]
+            )
         await fts.optimize(tx)
     await rt.db.checkpoint()
     rt.semantic.wake()  # the background backfill embeds the new tools
-    return bool(removed) or replace
+    return outcome
+
+
+def _index_row(slug: str, tool_id: int, t: ToolDraft) -> fts.IndexRow:
+    return fts.IndexRow(
+        tool_id=tool_id,
+        name=t.name,
+        toolkit=slug,
+        group=t.group,
+        upstream_name=t.upstream_name,
+        description=t.description,
+        input_schema=t.input_schema,
+    )
 
 
 def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
@@ -197,7 +219,7 @@ async def import_openapi(
     rt.egress.check_url(draft.base_url, field="base_url")
     report = _report(draft, project, dry_run, started)
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace, importer=importer)
+        report.apply(await _store(rt, draft, project, replace, importer=importer))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -220,7 +242,7 @@ async def import_catalog(
     )
     report = _report(draft, project, dry_run, started)
     if not dry_run:
-        report.replaced = await _store(rt, draft, project, replace)
+        report.apply(await _store(rt, draft, project, replace))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -311,8 +333,10 @@ async def import_mcp(
     if cred is not None:
         report.notes.append(f"credential ({cred.scheme}) {'checked' if dry_run else 'sealed in the vault'}")
     if not dry_run:
-        report.replaced = await _store(
-            rt, draft, project, replace, approve_new=approve_new, credential=cred, importer=importer
+        report.apply(
+            await _store(
+                rt, draft, project, replace, approve_new=approve_new, credential=cred, importer=importer
+            )
         )
         if cred is not None:
             await rt.mcp.discard(f"{project}.{slug}")  # a pooled session with the old credential

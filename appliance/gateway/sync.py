@@ -55,7 +55,8 @@ class SyncReport:
         }
 
 
-async def _index(tx: WriteTx, tool_ids: list[int]) -> None:
+async def index_ids(tx: WriteTx, tool_ids: list[int]) -> None:
+    """Put these stored tools in the search index (the caller knows they are active)."""
     rows = await sync_store.index_data(tx, tool_ids)
     await fts.index_tools(
         tx,
@@ -179,7 +180,7 @@ async def approve(
         ids = [t.id for t in chosen]
         if ids:
             await sync_store.set_state(tx, ids, "active")
-            await _index(tx, ids)
+            await index_ids(tx, ids)
             await fts.optimize(tx)
     rt.semantic.wake()
     return sorted(t.name for t in chosen)

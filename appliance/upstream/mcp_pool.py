@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,7 @@ import orjson
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.upstream.auth import UpstreamAuth
 from appliance.upstream.mcp_http import connect_http, connect_sse
+from appliance.upstream.mcp_listen import listen_task, wants_listen
 from appliance.upstream.mcp_session import LogRelay, McpSession, ProgressCallback
 from appliance.upstream.mcp_stdio import StdioTransport
 from appliance.upstream.processes import ProcessRegistry, StdioProcess, StdioSpec
@@ -58,6 +60,10 @@ class McpPool:
         # notifications/tools/list_changed (the re-sync scheduler sets it). It must only
         # schedule work: it runs on the session's reader.
         self.on_tools_changed: Callable[[str], None] | None = None
+        # 2026-07-28 sessions hear list_changed only on a subscriptions/listen stream: one
+        # per pooled session that wants it, ended with the session (``mcp_listen``).
+        self._listens: dict[str, asyncio.Task[Any]] = {}
+        self._listened: set[str] = set()  # keys that had a listen stream in this process
 
     def _session_options(self, key: str, pooled: bool) -> dict[str, Any]:
         hook = self.on_tools_changed
@@ -149,7 +155,21 @@ class McpPool:
                 await self._close(key)
             session = await self._open(key, connection, timeout_s, pooled=True)
             self._sessions[key] = (session, dict(connection))
+            self._listen(key, session)
             return session
+
+    def _listen(self, key: str, session: McpSession) -> None:
+        hook = self.on_tools_changed
+        if hook is None or not wants_listen(session):
+            return
+        task = listen_task(session, key, lambda: hook(key), after_gap=key in self._listened)
+        self._listened.add(key)
+        self._listens[key] = task
+        task.add_done_callback(functools.partial(self._listen_ended, key))
+
+    def _listen_ended(self, key: str, task: asyncio.Task[Any]) -> None:
+        if self._listens.get(key) is task:
+            del self._listens[key]
 
     def pooled(self, key: str) -> McpSession | None:
         """The live pooled session of ``key``, if there is one (never opens one)."""
@@ -193,6 +213,11 @@ class McpPool:
             await self._close(key)
 
     async def _close(self, key: str) -> None:
+        listen = self._listens.pop(key, None)
+        if listen is not None:
+            listen.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await listen
         held = self._sessions.pop(key, None)
         if held is not None:
             with contextlib.suppress(Exception):

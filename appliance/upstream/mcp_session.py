@@ -192,6 +192,7 @@ class McpSession:
         self._closed: UpstreamError | None = None
         self._started = False
         self.dropped = 0  # inbound messages we could attribute to no request
+        self.unattributed_logs = 0  # log messages dropped: several calls ran, none was named
 
     # -- public API ----------------------------------------------------------------------
 
@@ -358,7 +359,10 @@ class McpSession:
         meta = dict(body.get("_meta") or {})
         if self._modern or method == "server/discover":
             meta.update(self._modern_meta())
-        if on_progress is not None:
+        if on_progress is not None or (on_log is not None and not self._scoped()):
+            # On a shared channel (stdio, legacy SSE) a call that relays logs carries a token
+            # too: a server that tags its log messages with it (``_meta.progressToken``) lets
+            # us attribute them when several calls run (_relay_log).
             pending.progress_token = f"p{request_id}"
             pending.on_progress = on_progress
             meta["progressToken"] = pending.progress_token
@@ -615,13 +619,21 @@ class McpSession:
             self._call_back(self.on_tools_changed)
 
     def _relay_log(self, params: dict[str, Any], origin: RequestId | None) -> None:
-        """A log message goes to the call it belongs to: the request whose stream carried it,
-        else (stdio, legacy SSE: nothing on the wire says) the only tools/call running."""
+        """A log message goes to the call it belongs to: the request whose stream carried it;
+        else (stdio, legacy SSE: the spec puts nothing on the wire) the call whose progress
+        token the message's ``_meta`` names, or the only tools/call running. Otherwise it
+        is dropped and counted: a guess could hand one caller another caller's messages."""
         if origin is not None:
             pending = self._pending.get(origin)
         else:
+            meta = params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
             calls = [p for p in self._pending.values() if p.method == "tools/call" and not p.future.done()]
-            pending = calls[0] if len(calls) == 1 else None
+            tagged = [p for p in calls if token is not None and p.progress_token == token]
+            pending = tagged[0] if tagged else calls[0] if len(calls) == 1 and token is None else None
+            if pending is None and calls:
+                self.unattributed_logs += 1
+                log.debug("dropped an upstream log message: %d calls running, none named", len(calls))
         relay = pending.on_log if pending is not None and not pending.future.done() else None
         if relay is None or log_rank(params.get("level")) < log_rank(relay.level):
             return

@@ -20,7 +20,18 @@ from appliance.upstream.mcp_session import McpSession
 from appliance.upstream.processes import StdioProcess
 
 log = logging.getLogger(__name__)
-_PROBES = ("ping", "server/discover")
+# Not traffic for the idle timer: liveness checks, and the 2026-07-28 listen stream (its
+# request, acknowledgement and change notices), which would otherwise keep an idle server
+# running forever (it is re-opened with the next session, when the child runs again).
+_PROBES = ("ping", "server/discover", "subscriptions/listen")
+_QUIET_NOTICES = frozenset(
+    {
+        "notifications/subscriptions/acknowledged",
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    }
+)
 
 
 class StdioTransport:
@@ -57,6 +68,8 @@ class StdioTransport:
             session.closed(exc)
 
     def _answers_probe(self, message: Any) -> bool:
+        if isinstance(message, dict) and message.get("method") in _QUIET_NOTICES and "id" not in message:
+            return True
         if not isinstance(message, dict) or "method" in message or message.get("id") not in self._probes:
             return False
         self._probes.discard(message["id"])

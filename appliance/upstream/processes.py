@@ -269,6 +269,10 @@ class StdioProcess:
             message = f"stdio server {self.name!r} did not answer within {limit:g}s"
             child.fail(UpstreamError(message, reason="upstream_timeout"))
             return
+        # The idle window opens when the child is ready: a start slower than the idle timeout
+        # must not stop it before the call that started it is written (its handshake, a
+        # ``server/discover``, is a probe and does not count as traffic).
+        self._last_activity = max(self._last_activity, time.monotonic())
         idle = self.spec.idle_timeout_s
         while child.error is None:
             remaining = self._last_activity + idle - time.monotonic()

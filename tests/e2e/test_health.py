@@ -37,8 +37,16 @@ HEALTH_ENV = {
     "TOOLSPOKE_HEALTH_BROKEN_AFTER": "4",
     "TOOLSPOKE_HEALTH_RECOVER_AFTER": "2",
 }
-# What a probe (or an import, or the pool opening a session) may send; tools/call never.
-HANDSHAKES = {"server/discover", "initialize", "notifications/initialized", "ping", "tools/list"}
+# What a probe (or an import, or the pool opening a session, with its 2026-07-28 listen
+# stream) may send; tools/call never.
+HANDSHAKES = {
+    "server/discover",
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "subscriptions/listen",
+}
 _HOP_HEADERS = {"host", "connection", "content-length", "transfer-encoding", "keep-alive"}
 
 

@@ -377,3 +377,45 @@ def test_an_upstream_capability_refusal_reaches_a_modern_client_that_did_not_dec
     result = run(scenario())
     assert result.is_error is True and result.meta["toolspoke/reason"] == "capability_not_relayed"
     assert "sampling" in result.content[0].text
+
+
+@pytest.mark.parametrize("slug", ["upsse", "upstdio"])
+@pytest.mark.parametrize("tagged", [True, False])
+def test_log_messages_of_two_calls_at_once_on_a_shared_channel_reach_only_their_own_caller(
+    app: Appliance, slug: str, tagged: bool
+) -> None:
+    """Legacy SSE and stdio carry every call's messages on one channel, with nothing on the wire
+    saying whose they are (2025-11-25 logging.mdx routes by stream only). A message tagged with
+    its call's progress token (``_meta``) goes to that caller; an untagged one while two calls
+    run is dropped, never guessed: a guess could hand one caller another's messages."""
+    group = f"{slug}-{tagged}"
+
+    async def scenario() -> dict[str, list[str]]:
+        seen: dict[str, list[str]] = {"A": [], "B": []}
+
+        def collector(who: str) -> Any:
+            async def on_log(params: LoggingMessageNotificationParams) -> None:
+                seen[who].append(str(params.data))
+
+            return on_log
+
+        async with (
+            face(app, "/mcp legacy", slug, logging_callback=collector("A")) as (a, prefix),
+            face(app, "/mcp legacy", slug, logging_callback=collector("B")) as (b, _),
+        ):
+            results = await asyncio.gather(
+                *(
+                    client.call_tool(f"{prefix}together", {"group": group, "tag": who, "tagged": tagged})
+                    for who, client in (("A", a), ("B", b))
+                )
+            )
+        assert [r.content[0].text for r in results] == ["A done", "B done"]
+        return seen
+
+    seen = run(scenario())
+    assert all(m.startswith("A ") for m in seen["A"]) and all(m.startswith("B ") for m in seen["B"]), seen
+    if tagged:
+        assert seen == {"A": ["A arrived", "A together"], "B": ["B arrived", "B together"]}
+    else:
+        # The first "together" is sent while both calls run: it cannot be attributed.
+        assert len(seen["A"]) + len(seen["B"]) < 4, seen

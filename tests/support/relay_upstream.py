@@ -9,6 +9,10 @@
   as there are ``at_least`` or after ``wait_s`` (a bounded wait on the server side, so tests
   need no sleeps).
 - ``chatty()``: one log message at each of debug, info, warning and error.
+- ``together(group, tag, tagged)``: logs ``"<tag> arrived"``, waits (bounded) until a second
+  call of ``group`` arrived, logs ``"<tag> together"`` while both run, and returns. With
+  ``tagged`` its log messages carry the request's progress token in ``_meta`` (a server that
+  tags its logs, which is what lets a 2025-era client attribute them on a shared channel).
 - ``needs_sampling()``: ``-32021`` (``requiredCapabilities: {sampling: {}}``) for a caller
   that did not declare sampling, as a 2026-07-28 server must.
 - ``regional(region, query)``: ``region`` carries ``x-mcp-header: Region`` (SEP-2243); the
@@ -32,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared" / "peers")
 import upstream_server  # the shared peer, found through the path above
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp.types import ToolAnnotations
+from mcp.types import LoggingMessageNotification, LoggingMessageNotificationParams, ToolAnnotations
 
 READ = ToolAnnotations(read_only_hint=True)
 server: Any = upstream_server.server
@@ -69,6 +73,35 @@ async def chatty(ctx: Context) -> str:
     for level in ("debug", "info", "warning", "error"):
         await ctx.log(level, f"{level} message", logger_name="chatty")
     return "logged"
+
+
+arrivals: dict[str, int] = {}
+
+
+def _token(ctx: Context) -> Any:
+    meta: Any = ctx.request_context.meta or {}
+    return meta.get("progressToken", meta.get("progress_token"))
+
+
+async def _log(ctx: Context, text: str, meta: dict[str, Any] | None) -> None:
+    params = LoggingMessageNotificationParams(level="info", data=text, logger="together", _meta=meta)
+    await ctx.request_context.session.send_notification(
+        LoggingMessageNotification(params=params), related_request_id=ctx.request_context.request_id
+    )
+
+
+@server.tool(annotations=READ)
+async def together(ctx: Context, group: str, tag: str, tagged: bool = False, wait_s: float = 10.0) -> str:
+    """Log on arrival, wait for a second call of the group, log again while both run."""
+    meta = {"progressToken": _token(ctx)} if tagged and _token(ctx) is not None else None
+    await _log(ctx, f"{tag} arrived", meta)
+    async with changed:
+        arrivals[group] = arrivals.get(group, 0) + 1
+        changed.notify_all()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait_for(lambda: arrivals[group] >= 2), wait_s)
+    await _log(ctx, f"{tag} together", meta)
+    return f"{tag} done"
 
 
 @server.tool(annotations=READ)

@@ -101,7 +101,8 @@ async def build(rt: Runtime, world: World, *, optimize: bool = True) -> Built:
                 )
             )
         for kit in world.kits:
-            kit_id, stored, _ = await store.store_toolkit(tx, _draft(kit), project=kit.project, replace=False)
+            kit_id, stored = await store.store_toolkit(tx, _draft(kit), project=kit.project, replace=False)
+            assert stored is not None
             kit_ids.append(kit_id)
             owner = None if kit.owner is None else user_ids[kit.owner]
             await tx.run(

@@ -76,13 +76,15 @@ def test_every_tool_is_embedded_once_and_a_second_run_embeds_nothing(tmp_path: P
     assert sorted(Counter(server.answered).values()) == [1] * 5
 
 
-def test_a_reimport_embeds_only_the_tool_whose_text_changed(tmp_path: Path) -> None:
+def test_a_replace_keeps_the_vectors_of_unchanged_tools_and_embeds_only_the_changed_one(
+    tmp_path: Path,
+) -> None:
     changed = [*TOOLS[:-1], ("weather", "get_forecast", "Hourly weather forecast and rain radar for a city.")]
     with EmbeddingsServer() as server:
 
         async def work(rt: Runtime) -> tuple[int, int, int]:
             await import_catalog(rt, catalogue(tmp_path / "a.jsonl", TOOLS), slug="kit")
-            # A later toolkit holds the highest ids, so the re-imported tools get new ones.
+            # A replace keeps the tools' ids (it re-syncs), so their vectors stay theirs.
             await import_catalog(rt, catalogue(tmp_path / "z.jsonl", [("z", "zz", "Last tool.")]), slug="z")
             await backfill(rt)
             await import_catalog(rt, catalogue(tmp_path / "b.jsonl", changed), slug="kit", replace=True)
@@ -90,7 +92,7 @@ def test_a_reimport_embeds_only_the_tool_whose_text_changed(tmp_path: Path) -> N
             return again.embedded, again.reused, again.removed
 
         embedded, reused, removed = with_runtime(tmp_path, server, work)
-    assert (embedded, reused, removed) == (1, 4, 5)
+    assert (embedded, reused, removed) == (1, 0, 0)
     assert server.requests[-1] == [t for t in server.requests[-1] if "rain radar" in t]
 
 

@@ -10,6 +10,7 @@ from appliance.catalogue.sync import (
     ToolState,
     fingerprint,
     fingerprint_of,
+    plan_replace,
     plan_sync,
 )
 from appliance.models import ToolDraft
@@ -152,3 +153,37 @@ def test_the_plan_is_deterministic_whatever_the_listing_order() -> None:
         "returned": [],
         "unchanged": 1,
     }
+
+
+def _replace_world() -> tuple[list[StoredTool], list[ToolDraft]]:
+    """Stored: a active, b active, c pending, d disabled. Fresh: a same, b changed, d back, e new."""
+    old = listed(tool("a"), tool("b"), tool("c"), tool("d"))
+    stored = [
+        *stored_from(old[:2], "active"),
+        *[StoredTool(3, old[2].name, "c", "pending", fingerprint(old[2]), old[2].kind, None)],
+        *[StoredTool(4, old[3].name, "d", "disabled", fingerprint(old[3]), old[3].kind, "write")],
+    ]
+    fresh = listed(tool("a"), tool("b", "does other things"), tool("d"), tool("e"))
+    return stored, fresh
+
+
+def test_an_mcp_replace_is_a_resync_that_rewrites_every_matched_tool_keeping_its_id() -> None:
+    stored, fresh = _replace_world()
+    plan = plan_replace(stored, fresh, SLUG, new_state="active", approvals=True)
+    by_name = {s.name.split("__")[1]: s for s in plan.steps}
+    assert {n: (s.action, s.why, s.state, s.tool_id) for n, s in by_name.items()} == {
+        "a": ("update", "unchanged", "active", 1),
+        "b": ("update", "changed", "pending", 2),
+        "c": ("disable", "removed", "disabled", 3),
+        "d": ("update", "returned", "pending", 4),
+        "e": ("insert", "new", "active", None),
+    }
+    assert all(s.draft is not None for s in plan.steps if s.action != "disable")
+    assert sorted(plan.leaving_index) == [1, 2, 3, 4]
+
+
+def test_an_openapi_replace_keeps_states_of_changed_tools_and_gives_returning_ones_the_import_s() -> None:
+    stored, fresh = _replace_world()
+    plan = plan_replace(stored, fresh, SLUG, new_state="pending", approvals=False)
+    states = {s.name.split("__")[1]: s.state for s in plan.steps}
+    assert states == {"a": "active", "b": "active", "c": "disabled", "d": "pending", "e": "pending"}
