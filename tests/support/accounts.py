@@ -90,6 +90,7 @@ class MeteredUpstream:
         self.failed = 0
         self.paths: Counter[str] = Counter()
         self.release = threading.Event()
+        self.arrived = threading.Event()  # set when a /slow request is being held
         self.lock = threading.Lock()
         outer = self
 
@@ -117,6 +118,7 @@ class MeteredUpstream:
                 elif path == "/big":
                     body = b"x" * (1024 * 1024)
                 elif path == "/slow":
+                    outer.arrived.set()
                     outer.release.wait(20)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
