@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.ledger import idempotency as store
 from appliance.models import CallResult, Principal
 
+log = logging.getLogger(__name__)
 META_KEY = "toolspoke/idempotencyKey"
 MAX_KEY = 255
 PRUNE_EVERY_S = 3600.0
@@ -121,7 +123,7 @@ async def once(
         raise
     except BaseException:
         # Cut off mid-call: the upstream may have acted. Stored as we unwind, not awaited.
-        task = asyncio.ensure_future(_finish(rt, scope, key, INTERRUPTED))
+        task = asyncio.ensure_future(_finish_quietly(rt, scope, key))
         _finishing.add(task)
         task.add_done_callback(_finishing.discard)
         raise
@@ -133,6 +135,13 @@ async def _finish(rt: Runtime, scope: str, key: str, result: CallResult) -> None
     text = _dump(result)
     async with rt.db.write() as tx:
         await tx.batch(lambda r: store.finish(r, scope, key, text))
+
+
+async def _finish_quietly(rt: Runtime, scope: str, key: str) -> None:
+    try:
+        await _finish(rt, scope, key, INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - nobody awaits this; start-up recovery settles it
+        log.warning("idempotency key left running (settled at next start): %s", exc)
 
 
 async def _answer_retry(

@@ -151,3 +151,10 @@ def test_a_ceiling_in_calls_must_be_a_whole_non_negative_number(raw: object) -> 
     with pytest.raises(InvalidParams) as err:
         parse_count(raw, "daily_limit")
     assert err.value.field == "daily_limit"
+
+
+def test_the_rate_limiter_runs_on_the_monotonic_clock_so_wall_clock_steps_change_nothing() -> None:
+    """RATE-04: a step of the wall clock neither locks anyone out nor refills a bucket."""
+    import time
+
+    assert RateLimiter(120, 60.0)._clock is time.monotonic
