@@ -258,7 +258,7 @@ def test_a_malformed_key_is_refused_naming_the_field_and_audited(
     assert upstream.paths["/hit"] == before
 
 
-def _raw_call(app: Appliance, key: str, path: str, params: Any) -> dict[str, Any]:
+def _raw_call(app: Appliance, key: str, path: str, params: Any, timeout: float = 30) -> dict[str, Any]:
     """One tools/call with whatever params (the SDK would refuse bad ones) on a 2025-11-25
     session: its envelope has no routing headers that would refuse a bad name first."""
     headers = {"Authorization": f"Bearer {key}", "Accept": "application/json, text/event-stream"}
@@ -268,9 +268,8 @@ def _raw_call(app: Appliance, key: str, path: str, params: Any) -> dict[str, Any
         r = http.post(path, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
         assert r.status_code == 200, r.text
         session = {"Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
-        r = http.post(
-            path, json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}, headers=session
-        )
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+        r = http.post(path, json=body, headers=session, timeout=timeout)
     doc: dict[str, Any] = r.json()
     return doc
 
@@ -354,3 +353,40 @@ def test_a_call_cut_off_by_kill_9_is_never_run_again_by_its_key_after_restart(tm
     assert again.meta[REPLAY] is True
     with closing(sqlite3.connect(data / "toolspoke.db")) as db:
         assert db.execute("SELECT state FROM idempotency_keys").fetchall() == [("done",)]
+
+
+def test_a_client_that_gives_up_mid_call_and_retries_never_runs_the_call_twice(
+    app: Appliance, upstream: MeteredUpstream, agents: tuple[str, str]
+) -> None:
+    """LEDGER-05, LEDGER-06: the client times out while the upstream holds the call, then
+    retries: it gets in-progress refusals until the cut-off call is settled as `interrupted`,
+    charged once (the upstream may have acted), and the upstream sees one request."""
+    upstream.release.clear()
+    upstream.arrived.clear()
+    before, charged = upstream.paths["/slow"], charges(app)
+    key = agents[1]
+    params = {"name": "idem__slow", "arguments": {}, "_meta": {KEY: "gave-up-1"}}
+
+    async def scenario() -> list[dict[str, Any]]:
+        call = asyncio.ensure_future(asyncio.to_thread(_raw_call, app, key, "/mcp", params, 2.0))
+        assert await asyncio.to_thread(upstream.arrived.wait, 30)
+        with pytest.raises(httpx.ReadTimeout):
+            await call  # the client gives up after 2 s and closes its connection
+        answers = []
+        for _ in range(200):  # bounded: each retry is a full request
+            answer = await asyncio.to_thread(_raw_call, app, key, "/mcp", params)
+            answers.append(answer)
+            if "result" in answer:
+                break
+        return answers
+
+    try:
+        answers = run(scenario())
+    finally:
+        upstream.release.set()
+    *waiting, settled = answers
+    assert all(a["error"]["data"]["reason"] == "idempotency_in_progress" for a in waiting)
+    assert settled["result"]["isError"]
+    assert settled["result"]["_meta"]["toolspoke/reason"] == "interrupted"
+    assert upstream.paths["/slow"] - before == 1
+    assert charges(app) - charged == 1
