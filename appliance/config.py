@@ -72,6 +72,23 @@ def _non_negative(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return parse
 
 
+def _at_least(floor: float) -> Callable[[Any], float]:
+    def parse(raw: Any) -> float:
+        value = float(raw)
+        if not value >= floor:  # NaN too
+            raise ValueError(f"must be at least {floor:g}")
+        return value
+
+    return parse
+
+
+def _metrics_key(raw: Any) -> Secret:
+    value = str(raw).strip()
+    if len(value) < 16:  # a guessable key would make the check decoration
+        raise ValueError("must be at least 16 characters")
+    return Secret(value)
+
+
 def _synchronous(raw: Any) -> str:
     value = str(raw).strip().upper()
     if value not in ("FULL", "NORMAL"):
@@ -441,6 +458,23 @@ SETTINGS: tuple[Setting, ...] = (
         "(survives kill -9 and crashes of the process, but a power loss or OS crash may drop "
         "the last commits; calls answer ~an fsync sooner).",
     ),
+    Setting(
+        "idempotency_retention_h",
+        "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",
+        24.0,
+        _at_least(24.0),
+        "Hours an idempotency key (`_meta` `toolspoke/idempotencyKey` on tools/call) and its "
+        "stored result are kept; older keys are pruned and may be used again. At least 24.",
+    ),
+    Setting(
+        "metrics_key",
+        "TOOLSPOKE_METRICS_KEY",
+        None,
+        _metrics_key,
+        "A bearer key (16 characters or more) for `/metrics` (a scraper's, so it needs no "
+        "admin key). When set, `/metrics` needs it or an admin key; unset, `/metrics` is open "
+        "on a loopback bind and needs an admin key on any other.",
+    ),
     # -- end of spend and accounting -----------------------------------------------------
     Setting(
         "imports_per_hour",
@@ -520,6 +554,8 @@ class Settings:
     browse_rate_limit: int
     audit_retention_days: float
     db_synchronous: str
+    idempotency_retention_h: float
+    metrics_key: Secret | None
     demo: bool
     log_level: str
 

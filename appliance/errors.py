@@ -19,6 +19,7 @@
     ├── Conflict                        409  -32602  conflict
     ├── ImportFailed                    422  -32602  import_failed    (bad spec; nothing stored)
     ├── QuotaExhausted                  429  -32002  quota_exhausted  (window, limit, used, resets_at)
+    ├── IdempotencyConflict             409  -32004  idempotency_key_reused / idempotency_in_progress
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
@@ -180,3 +181,15 @@ class QuotaExhausted(ApplianceError):
     http_status = 429
     rpc_code = -32002
     reason = "quota_exhausted"
+
+
+class IdempotencyConflict(ApplianceError):
+    """An idempotency key already used for another call, or whose first call still runs; nothing ran."""
+
+    http_status = 409
+    rpc_code = -32004
+    reason = "idempotency_key_reused"
+
+    def __init__(self, message: str, *, reason: str = "idempotency_key_reused", **kw: Any):
+        super().__init__(message, **kw)
+        self.reason = reason

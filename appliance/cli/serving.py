@@ -35,7 +35,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     prepare_data_dir(settings)
     # Open the database and the vault once before binding: a missing, malformed or wrong
     # master key (or a database that cannot open) exits 2 here with its message.
-    run(settings, _nothing)
+    run(settings, _check_sound)
     try:
         sock = listen_socket(settings.host, settings.port)
     except OSError as exc:
@@ -45,8 +45,10 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     app.run(sock=sock, single_process=True, access_log=False, motd=False)
 
 
-async def _nothing(rt: Any) -> None:
-    return None
+async def _check_sound(rt: Any) -> None:
+    from appliance.gateway.readiness import check_sound
+
+    await check_sound(rt)  # a damaged database stops here, before anything is served
 
 
 @main.command()

@@ -235,6 +235,11 @@ class Database:
         except sqlean.DatabaseError as exc:
             await self.close()
             raise ConfigError(f"cannot open database {path}: {exc}") from None
+        except ConfigError as exc:  # a newer schema, a bad migration: name the file too
+            await self.close()
+            if path in exc.public_message:
+                raise
+            raise ConfigError(f"database {path}: {exc.public_message}", field=exc.field) from None
         except BaseException:
             await self.close()
             raise
@@ -242,7 +247,14 @@ class Database:
     async def _open_one(self, path: str, *, writer: bool) -> aiosqlite.Connection:
         conn = aiosqlite.Connection(lambda: _connect(path, writer=writer, synchronous=self.synchronous), 64)
         self._all.append(conn)
-        return await conn
+        try:
+            return await conn
+        except BaseException:
+            # A failed connect (a corrupt file): aiosqlite stops its worker thread, which then
+            # answers on this loop; let it finish while the loop still runs, or it prints
+            # "Event loop is closed" tracebacks at exit.
+            await asyncio.to_thread(conn._thread.join, 5)
+            raise
 
     async def close(self) -> None:
         probe, self._probe = self._probe, None
@@ -291,6 +303,15 @@ class Database:
             yield
         finally:
             _PINNED.reset(token)
+
+    async def quick_check(self) -> list[str]:
+        """SQLite's ``PRAGMA quick_check`` (every page read): ``["ok"]`` or what is damaged."""
+        async with self.read() as conn:
+            try:
+                rows = await conn._conn.execute_fetchall("PRAGMA quick_check(5)")
+            except sqlean.DatabaseError as exc:
+                return [str(exc)]
+        return [str(r[0]) for r in rows]
 
     def memo(self) -> dict[Hashable, Any]:
         """A scratch dict for this process that stays valid until the database changes.

@@ -257,3 +257,18 @@ async def _acknowledge(durable: asyncio.Future[Any]) -> None:
         raise
     except Exception as exc:
         raise StorageError("the call's audit record could not be stored") from exc
+
+
+async def refused(
+    rt: Runtime, principal: Principal, name: Any, exc: ApplianceError, *, runner: str | None = None
+) -> None:
+    """The audit row of a tools/call refused before ``call_tool`` could start: a malformed
+    envelope, a name ``/mcp/<slug>`` does not serve, a runner's own bad arguments, an
+    idempotency conflict. Every authenticated attempt leaves one row (anonymous ones none)."""
+    if principal.anonymous:
+        return
+    attempt = Attempt(principal, str(name)[:256], runner, time.time(), time.perf_counter())
+    _classify(attempt, exc)
+    if exc.reason == "idempotency_key_reused":
+        attempt.outcome = "invalid"  # the caller's mistake; in progress stays `blocked`
+    await _acknowledge(_record(rt, attempt))

@@ -230,7 +230,13 @@ async def call_bridge(
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
     if name not in RUNNERS:
         accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited
-    validate_arguments(spec["inputSchema"], args)
+        validate_arguments(spec["inputSchema"], args)
+    else:
+        try:
+            validate_arguments(spec["inputSchema"], args)
+        except InvalidParams as exc:  # a runner call is a tool call: audited even so
+            await accounting.refused(rt, principal, args.get("tool", name), exc, runner=name)
+            raise
     if name == "search_tools":
         # Suggestions of toolkits to install go only to callers who may install (a person's
         # own key or the operator: agents and anonymous callers cannot import).

@@ -15,6 +15,7 @@ from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.catalogue.naming import SEPARATOR
 from appliance.errors import InvalidParams, NotFound, Unauthorized
+from appliance.gateway import accounting
 from appliance.gateway.calls import call_tool, unknown_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
@@ -113,7 +114,9 @@ async def call(
         raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
     tool = next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
     if tool is None:
-        raise unknown_tool(name)
+        refusal = unknown_tool(name)
+        await accounting.refused(rt, principal, name, refusal)  # one audit row per attempt
+        raise refusal
     return await call_tool(
         rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress, on_log=on_log
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from appliance.db.migrate import default_migrations_dir, discover
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, ConfigError
 from appliance.gateway.runtime import Runtime
 
 
@@ -19,3 +19,16 @@ async def problems(rt: Runtime) -> list[str]:
     if missing:
         found.append(f"migrations not applied: {missing}")
     return found
+
+
+async def check_sound(rt: Runtime) -> None:
+    """Before serving: a damaged database refuses to start, naming the file (CRASH-04).
+
+    Opening already refuses a bad header or a truncated file; ``PRAGMA quick_check`` also
+    reads every page, so a page overwritten in the middle is caught here rather than by the
+    first call that touches it. Nothing is repaired, recreated or deleted: that is the
+    operator's call (restore a backup), and a fresh database would reset quotas and grants.
+    """
+    found = await rt.db.quick_check()
+    if found != ["ok"]:
+        raise ConfigError(f"database {rt.db.path} is damaged: {'; '.join(found)}; restore it from a backup")

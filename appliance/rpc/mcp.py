@@ -22,7 +22,7 @@ from appliance.errors import (
     MethodNotFound,
     MissingClientCapability,
 )
-from appliance.gateway import bridge, direct
+from appliance.gateway import accounting, bridge, direct, idempotency
 from appliance.gateway.calls import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
@@ -168,7 +168,8 @@ def _set_level(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+def _envelope(params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """A tools/call's name, arguments and idempotency key, or InvalidParams naming the member."""
     name = params.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidParams("'name' must be a non-empty string", field="name")
@@ -177,14 +178,32 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidParams("'arguments' must be an object", field="arguments")
-    relays: dict[str, Any] = {"on_progress": _progress_relay(ctx, params), "on_log": _log_relay(ctx)}
+    return name, arguments, idempotency.key_of(params)
+
+
+async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     try:
+        name, arguments, key = _envelope(params)
+    except InvalidParams as exc:
+        await accounting.refused(rt, ctx.principal, params.get("name"), exc)  # audited all the same
+        raise
+    relays: dict[str, Any] = {"on_progress": _progress_relay(ctx, params), "on_log": _log_relay(ctx)}
+
+    async def run() -> CallResult:
         if ctx.toolkit is not None:
-            result = await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments, **relays)
-        elif name in bridge.BRIDGE_NAMES:
-            result = await bridge.call_bridge(rt, ctx.principal, name, arguments, **relays)
+            return await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments, **relays)
+        if name in bridge.BRIDGE_NAMES:
+            return await bridge.call_bridge(rt, ctx.principal, name, arguments, **relays)
+        return await call_tool(rt, ctx.principal, name, arguments, **relays)
+
+    try:
+        if key is None or ctx.principal.anonymous:
+            result = await run()
         else:
-            result = await call_tool(rt, ctx.principal, name, arguments, **relays)
+            target = "bridge" if ctx.toolkit is None else f"toolkit:{ctx.toolkit.id}"
+            result = await idempotency.once(
+                rt, ctx.principal, key, target=target, name=name, arguments=arguments, run=run
+            )
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.

@@ -65,7 +65,21 @@ def _create_key_file(path: Path) -> bytes:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(key.hex() + "\n")
+        # On disk before anything is sealed under it: after a power cut, data keys committed
+        # with synchronous=FULL and an empty key file would lock every credential away (CRASH-02).
+        fh.flush()
+        os.fsync(fh.fileno())
+    _sync_dir(path.parent)
     return key
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a file's creation or rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class Vault:
@@ -207,4 +221,5 @@ async def rekey_file(db: Database, vault: Vault, settings: Settings) -> dict[str
         pending.unlink(missing_ok=True)
         raise
     os.replace(pending, path)
+    _sync_dir(path.parent)
     return {"data_keys": count, "key_file": str(path)}

@@ -15,7 +15,7 @@ from appliance import __version__
 from appliance.config import Settings
 from appliance.db import dumps
 from appliance.errors import ApplianceError
-from appliance.gateway import imports
+from appliance.gateway import idempotency, imports
 from appliance.gateway.runtime import Runtime
 from appliance.rpc.sessions import SessionStore
 from appliance.web import (
@@ -102,6 +102,8 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         logs.start()
         rt = Runtime(settings)
         await rt.open()
+        # Keys whose call a killed process left running: never run again (LEDGER-05/06).
+        await idempotency.recover(rt)
         app.ctx.rt = rt
 
     @app.after_server_start

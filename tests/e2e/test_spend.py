@@ -123,6 +123,7 @@ def _check_books(data: Path, slug: str) -> None:
 def test_300_concurrent_calls_from_30_agents_against_a_daily_ceiling_of_100_let_exactly_100_through(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
+    """LEDGER-01, LEDGER-02: no overspend under concurrency; the error names window, limit, resets_at."""
     upstream = MeteredUpstream()
     try:
         tool = install(app, "meter", upstream, daily_limit=100)
@@ -159,6 +160,7 @@ def test_300_concurrent_calls_from_30_agents_against_a_daily_ceiling_of_100_let_
 def test_with_a_fifth_of_upstream_calls_failing_and_owner_calls_mixed_in_still_only_100_are_charged(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
+    """LEDGER-01, LEDGER-06, LEDGER-08: failures charged once reached; owner calls free."""
     upstream = MeteredUpstream(fail_every=5)
     try:
         tool = install(app, "flaky", upstream, daily_limit=100, fee=2)
@@ -192,6 +194,8 @@ def test_with_a_fifth_of_upstream_calls_failing_and_owner_calls_mixed_in_still_o
 def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another_agent_is_unaffected(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
+    """RATE-01, RATE-03: the 121st call is -32001 with retry_after_s; another agent is served;
+    the refusal is audited."""
     upstream = MeteredUpstream()
     (first,) = add_user_keys(app.data_dir, "eve", 1, agents=True)  # a fresh agent: a full bucket
     other = keys["bob"][0]
@@ -235,6 +239,7 @@ def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another
 
 
 def test_a_caller_without_credit_gets_32002_and_nothing_reaches_the_upstream(app: Appliance) -> None:
+    """LEDGER-02: an exhausted credit blocks the call and the charge."""
     (broke,) = add_user_keys(app.data_dir, "dee", 1)
     upstream = MeteredUpstream()
     try:
@@ -297,7 +302,15 @@ def test_healthz_says_alive_and_readyz_says_ready_once_the_database_is_writable_
     [
         ('{"fee": NaN}', "fee"),
         ('{"fee": Infinity}', "fee"),
+        ('{"fee": -Infinity}', "fee"),
+        ('{"daily_limit": NaN}', "daily_limit"),
+        ('{"monthly_limit": Infinity}', "monthly_limit"),
         ('{"fee": -1}', "fee"),
+        ('{"fee": null}', "fee"),
+        ('{"fee": 9223372036854775808}', "fee"),
+        ('{"fee": 1000000000000000000000000000000}', "fee"),
+        ('{"daily_limit": -1}', "daily_limit"),
+        ('{"daily_limit": true}', "daily_limit"),
         ('{"fee": 1e-30}', "fee"),
         ('{"fee": 1e309}', "fee"),
         ('{"fee": "10"}', "fee"),
@@ -312,6 +325,7 @@ def test_healthz_says_alive_and_readyz_says_ready_once_the_database_is_writable_
 def test_a_hostile_price_is_refused_naming_the_field_and_nothing_is_stored(
     app: Appliance, body: str, field: str
 ) -> None:
+    """LEDGER-09: hostile numbers as raw JSON tokens through the owner API."""
     before = admin(app, "GET", "/toolkits/demo/quota").json()
     r = httpx.put(
         app.base_url + "/api/v1/toolkits/demo/quota",
@@ -442,6 +456,7 @@ def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_aud
     app: Appliance, keys: dict[str, list[str]], action: str, arguments: dict[str, Any], outcome: str,
     reason: str | None, charged: bool, reached: bool,
 ) -> None:  # fmt: skip
+    """LEDGER-06: one policy for 2xx, 4xx, 5xx, too large, timeout, bad input."""
     key = keys["cyd"][3]
     upstream = MeteredUpstream()
     slug = f"out-{action}-{len(str(arguments))}"
@@ -469,6 +484,7 @@ def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_aud
 def test_a_call_the_egress_guard_blocks_is_audited_as_blocked_and_costs_nothing(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
+    """LEDGER-06, SSRF-01: SSRF-blocked calls are voided and audited `blocked`."""
     upstream = MeteredUpstream()
     install(app, "guarded", upstream)
     upstream.close()
@@ -517,6 +533,7 @@ def test_a_call_sent_to_the_wrong_runner_is_invalid_uncharged_and_audited_under_
 def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
     app: Appliance, keys: dict[str, list[str]]
 ) -> None:
+    """RATE-05: search and list are limited separately from tool calls."""
     (key,) = add_user_keys(app.data_dir, "hal", 1)
     upstream = MeteredUpstream()
 
@@ -548,6 +565,7 @@ def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
 
 
 def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(tmp_path: Path) -> None:
+    """LEDGER-02, RATE-04: the reset time is the next UTC midnight."""
     env = {"TZ": "MAR+9:30", "TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_IMPORTS_PER_HOUR": "1000"}
     upstream = MeteredUpstream()
     started = datetime.now(UTC)
@@ -592,6 +610,7 @@ def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(t
 def test_hostile_ledger_requests_get_a_clear_error_and_never_a_server_error(
     app: Appliance, method: str, path: str, body: str | None, status: int
 ) -> None:
+    """LEDGER-09: ids beyond 64 bits and bad text are refused, never a 500."""
     r = httpx.request(
         method,
         app.base_url + "/api/v1" + path,
@@ -607,6 +626,8 @@ def test_hostile_ledger_requests_get_a_clear_error_and_never_a_server_error(
 def test_an_owner_calls_their_toolkit_free_past_its_ceiling_but_their_agents_are_metered(
     app: Appliance,
 ) -> None:
+    """LEDGER-08: owner calls free, audited with fee 0; their agents, and their own calls on
+    another owner's toolkit, are metered."""
     (own_key,) = add_user_keys(app.data_dir, "kim", 1)
     with closing(sqlite3.connect(app.data_dir / "toolspoke.db")) as db, db:
         uid = user_id(app.data_dir, "kim")
@@ -621,12 +642,19 @@ def test_an_owner_calls_their_toolkit_free_past_its_ceiling_but_their_agents_are
         assert admin(app, "POST", credits_path(app, "kim"), {"amount": 5}).status_code == 201
         owner = _burst(app, [(own_key, 3)], tool)
         bot = _burst(app, [(agent_key, 2)], tool)
+        # Kim on a toolkit she does not own (the platform's): metered like anyone.
+        other = install(app, "not-kims", upstream)
+        (elsewhere,) = _burst(app, [(own_key, 1)], other)
     finally:
         upstream.close()
+    assert not elsewhere.is_error
+    assert query(app.data_dir, "SELECT owner_call, fee_milli FROM audit_log WHERE toolkit = 'not-kims'") == [
+        (0, 1000)
+    ]
     assert all(not r.is_error for r in owner)  # past the ceiling of 1: owner calls are uncounted
     assert sum(1 for r in bot if isinstance(r, MCPError) and r.code == -32002) == 1
-    assert upstream.count == 4
-    assert admin(app, "GET", credits_path(app, "kim")).json()["balance"] == 4
+    assert upstream.count == 5
+    assert admin(app, "GET", credits_path(app, "kim")).json()["balance"] == 3
     rows = query(
         app.data_dir,
         "SELECT owner_call, fee_milli, outcome FROM audit_log WHERE toolkit = 'kims' ORDER BY id",

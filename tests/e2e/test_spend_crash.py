@@ -58,7 +58,7 @@ async def _worker(app: Appliance, key: str, tool: str, acked: Counter[str], kill
                     app.proc.kill()  # SIGKILL, wherever the server is
 
 
-def _load_until_killed(app: Appliance, keys: list[str], tool: str, kill_at: int, acked: Counter[str]) -> None:
+def load_until_killed(app: Appliance, keys: list[str], tool: str, kill_at: int, acked: Counter[str]) -> None:
     async def everyone() -> None:
         await asyncio.gather(
             *(_worker(app, keys[i % len(keys)], tool, acked, kill_at) for i in range(WORKERS))
@@ -85,10 +85,10 @@ def test_kill_9_during_load_loses_no_acknowledged_charge_or_audit_row_and_the_da
             keys = add_user_keys(data, "load", 10)
             assert admin(app, "POST", credits_path(app, "load"), {"amount": 100000}).status_code == 201
             tool = install(app, "meter", upstream, fee=1)
-            _load_until_killed(app, keys, tool, seeded.randint(50, 250), acked)
+            load_until_killed(app, keys, tool, seeded.randint(50, 250), acked)
         first = sum(acked.values())
         with running_appliance(data, env=env) as app:
-            _load_until_killed(app, keys, tool, first + seeded.randint(50, 250), acked)
+            load_until_killed(app, keys, tool, first + seeded.randint(50, 250), acked)
         with running_appliance(data, env=env) as app:
             ready = httpx.get(app.base_url + "/readyz", timeout=10)
             assert ready.status_code == 200

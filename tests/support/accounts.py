@@ -12,6 +12,7 @@ import hashlib
 import json
 import secrets
 import sqlite3
+import sys
 import threading
 from collections import Counter
 from contextlib import closing
@@ -90,6 +91,7 @@ class MeteredUpstream:
         self.failed = 0
         self.paths: Counter[str] = Counter()
         self.release = threading.Event()
+        self.arrived = threading.Event()  # set when a /slow request is being held
         self.lock = threading.Lock()
         outer = self
 
@@ -117,6 +119,7 @@ class MeteredUpstream:
                 elif path == "/big":
                     body = b"x" * (1024 * 1024)
                 elif path == "/slow":
+                    outer.arrived.set()
                     outer.release.wait(20)
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -127,6 +130,11 @@ class MeteredUpstream:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
             request_queue_size = 512  # hundreds of calls connect at once
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A caller that gave up (a timeout test) closed its end: expected, not news.
+                if not isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+                    super().handle_error(request, client_address)
 
         self.server = Server(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -76,6 +76,8 @@ def run(coro: Any) -> Any:
 def test_fifty_concurrent_calls_against_a_ceiling_of_ten_reserve_exactly_ten_while_the_upstream_is_slow(
     tmp_path: Path,
 ) -> None:
+    """LEDGER-01: reservations held in flight count against the ceiling."""
+
     async def scenario() -> None:
         async with opened(tmp_path) as (db, book):
             await price(book, daily=10)
@@ -118,6 +120,8 @@ def test_fifty_concurrent_calls_against_a_ceiling_of_ten_reserve_exactly_ten_whi
 def test_a_ceiling_in_credits_admits_exactly_what_integer_arithmetic_says(
     tmp_path: Path, fee: int, ceiling: int, allowed: int
 ) -> None:
+    """LEDGER-03: exact arithmetic at the boundary (0.1 into 1.0 is ten calls)."""
+
     async def scenario() -> int:
         async with opened(tmp_path) as (_, book):
             await price(book, fee=fee, daily=ceiling, unit="credits")
@@ -135,6 +139,7 @@ def test_a_ceiling_in_credits_admits_exactly_what_integer_arithmetic_says(
 
 
 def test_a_monthly_ceiling_holds_across_days_whose_daily_ceiling_would_allow_more(tmp_path: Path) -> None:
+    """LEDGER-02, LEDGER-03: the monthly cap holds over days."""
     clock = Clock(utc("2026-03-01T12:00:00"))
 
     async def scenario() -> list[int]:
@@ -163,6 +168,7 @@ def test_a_monthly_ceiling_holds_across_days_whose_daily_ceiling_would_allow_mor
 def test_calls_at_235959_and_000000_utc_use_different_days_whatever_the_server_zone(
     tmp_path: Path, zone: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """LEDGER-02, RATE-04: quota windows follow the UTC wall clock."""
     monkeypatch.setenv("TZ", zone)
     time.tzset()
     clock = Clock(utc("2026-12-31T23:59:59"))
@@ -186,6 +192,8 @@ def test_calls_at_235959_and_000000_utc_use_different_days_whatever_the_server_z
 
 
 def test_a_ceiling_lowered_below_use_blocks_and_reports_nothing_remaining(tmp_path: Path) -> None:
+    """LEDGER-02: a ceiling lowered below use blocks; remaining is 0, never negative."""
+
     async def scenario() -> None:
         async with opened(tmp_path) as (_, book):
             await price(book, daily=5)
@@ -201,6 +209,8 @@ def test_a_ceiling_lowered_below_use_blocks_and_reports_nothing_remaining(tmp_pa
 
 
 def test_a_call_that_never_left_costs_nothing_and_uses_no_quota(tmp_path: Path) -> None:
+    """LEDGER-06: a reservation is voided when the call never left."""
+
     async def scenario() -> None:
         async with opened(tmp_path) as (_, book):
             await price(book, daily=1)
@@ -215,6 +225,8 @@ def test_a_call_that_never_left_costs_nothing_and_uses_no_quota(tmp_path: Path) 
 def test_ledger_entries_cannot_be_edited_or_deleted_and_a_void_is_a_new_entry_given_once(
     tmp_path: Path,
 ) -> None:
+    """LEDGER-06: voids are compensating entries, never deletes."""
+
     async def scenario() -> None:
         async with opened(tmp_path) as (db, book):
             await price(book, daily=1)

@@ -38,6 +38,7 @@ def zone(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_a_second_before_and_at_utc_midnight_fall_in_different_days_in_any_server_zone(zone: str) -> None:
+    """LEDGER-02, RATE-04: quota days are UTC days."""
     # In both zones the two instants share a local date: a local-time window would merge them.
     assert (
         time.localtime(utc("2026-11-29T23:59:59")).tm_mday
@@ -50,6 +51,7 @@ def test_a_second_before_and_at_utc_midnight_fall_in_different_days_in_any_serve
 
 
 def test_the_last_second_of_a_month_and_the_first_of_the_next_fall_in_different_months(zone: str) -> None:
+    """LEDGER-02: quota months are UTC months."""
     for last, first in (
         ("2026-01-31T23:59:59", "2026-02-01T00:00:00"),
         ("2026-12-31T23:59:59", "2027-01-01T00:00:00"),
@@ -71,6 +73,7 @@ class Clock:
 def test_a_full_bucket_admits_exactly_the_limit_then_names_the_wait_and_other_identities_are_unaffected() -> (
     None
 ):
+    """RATE-01, RATE-03: the documented burst, the wait named, identities apart."""
     clock = Clock()
     limiter = RateLimiter(120, 60.0, clock=clock)
     assert [limiter.take("agent:1") for _ in range(120)] == [0.0] * 120
@@ -79,6 +82,7 @@ def test_a_full_bucket_admits_exactly_the_limit_then_names_the_wait_and_other_id
 
 
 def test_two_bursts_across_a_minute_boundary_are_not_both_admitted() -> None:
+    """RATE-02: no double burst at a window edge."""
     clock = Clock()
     limiter = RateLimiter(120, 60.0, clock=clock)
     clock.now = 59.9 + 1000
@@ -89,6 +93,7 @@ def test_two_bursts_across_a_minute_boundary_are_not_both_admitted() -> None:
 
 
 def test_a_steady_two_calls_a_second_is_never_refused_and_a_faster_pace_is_trimmed_without_lockout() -> None:
+    """RATE-02: steady state passes; a faster pace is trimmed, no lockout."""
     clock = Clock()
     limiter = RateLimiter(120, 60.0, clock=clock)
     refused = 0
@@ -104,6 +109,7 @@ def test_a_steady_two_calls_a_second_is_never_refused_and_a_faster_pace_is_trimm
 
 
 def test_the_limiter_forgets_identities_whose_bucket_is_full_again_so_memory_stays_bounded() -> None:
+    """RATE-03: limiter memory stays bounded."""
     import appliance.ledger.ratelimit as rl
 
     clock = Clock()
@@ -125,12 +131,14 @@ def test_the_limiter_forgets_identities_whose_bucket_is_full_again_so_memory_sta
     ids=repr,
 )
 def test_a_hostile_amount_is_refused_naming_the_field(raw: object) -> None:
+    """LEDGER-09: NaN, infinities, negatives, tiny, huge, strings, booleans, null, lists."""
     with pytest.raises(InvalidParams) as err:
         parse_credits(raw, "fee")
     assert err.value.field == "fee"
 
 
 def test_amounts_are_exact_millicredits_and_read_back_as_plain_numbers() -> None:
+    """LEDGER-03: integers in minor units."""
     assert parse_credits(0.1, "fee") == 100
     assert sum(parse_credits(0.1, "fee") for _ in range(10)) == parse_credits(1.0, "limit")
     assert parse_credits(-2, "amount", allow_negative=True) == -2000
@@ -139,6 +147,14 @@ def test_amounts_are_exact_millicredits_and_read_back_as_plain_numbers() -> None
 
 @pytest.mark.parametrize("raw", [1.5, -1, True, "3", None, 10**13])
 def test_a_ceiling_in_calls_must_be_a_whole_non_negative_number(raw: object) -> None:
+    """LEDGER-09: hostile call ceilings."""
     with pytest.raises(InvalidParams) as err:
         parse_count(raw, "daily_limit")
     assert err.value.field == "daily_limit"
+
+
+def test_the_rate_limiter_runs_on_the_monotonic_clock_so_wall_clock_steps_change_nothing() -> None:
+    """RATE-04: a step of the wall clock neither locks anyone out nor refills a bucket."""
+    import time
+
+    assert RateLimiter(120, 60.0)._clock is time.monotonic

@@ -1,0 +1,179 @@
+"""Idempotency keys on ``tools/call`` (RELIABILITY LEDGER-05, after Stripe's and brandur's design).
+
+A client puts ``"toolspoke/idempotencyKey": "<key>"`` in the request's ``params._meta``.
+The first request with a key claims it (a unique insert: atomic); its result, ``isError``
+results and upstream failures included, is stored and replayed to every retry, so one key
+makes at most one upstream call and one charge. A retry whose call differs (another tool,
+other arguments, another ``/mcp/<slug>``) gets ``-32004 idempotency_key_reused``; one that
+arrives while the first still runs gets ``-32004 idempotency_in_progress``. Neither runs
+anything. A refusal before anything left (rate limit, quota, bad input) frees the key, as
+Stripe does for validation failures. A call cut off mid-flight (the client went away, the
+process was killed) stores an ``interrupted`` result: the upstream may have acted, so the
+key never runs the call a second time.
+
+Keys belong to the caller (an agent's to the agent, a user's own keys to the user): another
+caller's identical key is simply another key and never sees this one's result. Keys are
+pruned after ``TOOLSPOKE_IDEMPOTENCY_RETENTION_H`` (at least 24 h). A request without a key
+costs one dict lookup here and no database work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from appliance.errors import ApplianceError, IdempotencyConflict, InvalidParams
+from appliance.gateway import accounting
+from appliance.gateway.runtime import Runtime
+from appliance.ledger import idempotency as store
+from appliance.models import CallResult, Principal
+
+log = logging.getLogger(__name__)
+META_KEY = "toolspoke/idempotencyKey"
+MAX_KEY = 255
+PRUNE_EVERY_S = 3600.0
+INTERRUPTED = CallResult(
+    content=[
+        {
+            "type": "text",
+            "text": "the first call with this idempotency key was interrupted before its result "
+            "was stored; the upstream may have acted. Use a new key to call again.",
+        }
+    ],
+    is_error=True,
+    meta={"reason": "interrupted"},
+)
+
+_pruned_at: dict[int, float] = {}  # per database, by id: when its keys were last pruned
+_finishing: set[asyncio.Task[None]] = set()  # interrupted results being stored while unwinding
+
+
+def key_of(params: dict[str, Any]) -> str | None:
+    """The request's idempotency key (None: it has none); a malformed one is refused by name."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or META_KEY not in meta:
+        return None
+    key = meta[META_KEY]
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY or not key.isprintable():
+        raise InvalidParams(
+            f"'_meta.{META_KEY}' must be a string of 1 to {MAX_KEY} printable characters",
+            field=f"_meta.{META_KEY}",
+        )
+    return key
+
+
+def scope_of(principal: Principal) -> str:
+    if principal.operator:
+        return "operator"
+    if principal.agent_id is not None:
+        return f"agent:{principal.agent_id}"
+    return f"user:{principal.user_id}"
+
+
+def request_hash(target: str, name: str, arguments: dict[str, Any]) -> str:
+    doc = orjson.dumps([target, name, arguments], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(doc).hexdigest()
+
+
+def _dump(result: CallResult) -> str:
+    doc = {"content": result.content, "structured": result.structured, "is_error": result.is_error}
+    return orjson.dumps({**doc, "meta": result.meta}).decode()
+
+
+def _load(text: str) -> CallResult:
+    doc = orjson.loads(text)
+    meta = {**doc["meta"], "idempotentReplay": True}
+    return CallResult(doc["content"], doc["structured"], doc["is_error"], meta)
+
+
+async def once(
+    rt: Runtime,
+    principal: Principal,
+    key: str,
+    *,
+    target: str,
+    name: str,
+    arguments: dict[str, Any],
+    run: Callable[[], Awaitable[CallResult]],
+) -> CallResult:
+    """``run()`` at most once for (caller, key); every retry gets its stored result."""
+    scope = scope_of(principal)
+    digest = request_hash(target, name, arguments)
+    now = time.time()
+    prune_before = None
+    if now - _pruned_at.get(id(rt.db), 0.0) > PRUNE_EVERY_S:
+        prune_before = now - rt.settings.idempotency_retention_h * 3600
+        _pruned_at[id(rt.db)] = now
+    async with rt.db.write() as tx:
+        held = await tx.batch(lambda r: store.claim(r, scope, key, digest, now, prune_before))
+    if held is not None:
+        return await _answer_retry(rt, principal, name, held, digest)
+    try:
+        result = await run()
+    except ApplianceError:
+        # Refused before anything left (or its record failed): a retry may run it.
+        async with rt.db.write() as tx:
+            await tx.batch(lambda r: store.release(r, scope, key))
+        raise
+    except BaseException:
+        # Cut off mid-call: the upstream may have acted. Stored as we unwind, not awaited.
+        task = asyncio.ensure_future(_finish_quietly(rt, scope, key))
+        _finishing.add(task)
+        task.add_done_callback(_finishing.discard)
+        raise
+    await _finish(rt, scope, key, result)
+    return result
+
+
+async def _finish(rt: Runtime, scope: str, key: str, result: CallResult) -> None:
+    text = _dump(result)
+    async with rt.db.write() as tx:
+        await tx.batch(lambda r: store.finish(r, scope, key, text))
+
+
+async def _finish_quietly(rt: Runtime, scope: str, key: str) -> None:
+    try:
+        await _finish(rt, scope, key, INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - nobody awaits this; start-up recovery settles it
+        log.warning("idempotency key left running (settled at next start): %s", exc)
+
+
+async def _answer_retry(
+    rt: Runtime, principal: Principal, name: str, held: store.Claimed, digest: str
+) -> CallResult:
+    try:
+        # Retries are requests too: they count against the caller's rate limit.
+        accounting.limit(rt, principal)
+        if held.request_hash != digest:
+            raise IdempotencyConflict(
+                "this idempotency key was used for a different call (another tool or other "
+                "arguments); nothing was run. Use a new key for a new call.",
+                reason="idempotency_key_reused",
+                field=f"_meta.{META_KEY}",
+            )
+        if held.state != "done" or held.result is None:
+            raise IdempotencyConflict(
+                "the first call with this idempotency key is still running; nothing was run. "
+                "Retry shortly to get its result.",
+                reason="idempotency_in_progress",
+                field=f"_meta.{META_KEY}",
+            )
+    except ApplianceError as exc:
+        await accounting.refused(rt, principal, name, exc)
+        raise
+    return _load(held.result)
+
+
+async def recover(rt: Runtime) -> int:
+    """At start-up of the serving process: claims a killed process left running get the
+    ``interrupted`` result (never run twice). The number recovered."""
+    text = _dump(INTERRUPTED)
+    async with rt.db.write() as tx:
+        n: int = await tx.batch(lambda r: store.recover(r, text))
+    return n
