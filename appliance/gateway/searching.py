@@ -3,12 +3,14 @@
 Lexical ranking always runs. The semantic pass joins it (``hybrid``) only when a provider is
 configured, the run-time switch is on, the breaker is closed, and every toolkit the caller can
 see in this search is embedded with the provider's model; otherwise the answer is lexical and
-says so. A lexical-only search is one hop to a reader thread; a hybrid one is three (lexical +
-decision, query embedding, nearest neighbours + fusion + loading).
+says so. A lexical-only search is one hop to a reader thread; a hybrid one is two hops (lexical +
+decision; nearest neighbours + fusion + loading) with the query embedding in its own thread,
+overlapping the first hop once this process has seen a search use the semantic pass.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -87,6 +89,9 @@ async def search(
     sem = rt.semantic
     model_id = sem.model_id if ranking != "lexical" else None
     depth = max(n, hybrid.CANDIDATES) if model_id else n
+    # The query embedding (the longest step) runs beside the lexical pass rather than after it,
+    # when this process's last search used the semantic pass; the lexical pass then decides.
+    early = asyncio.ensure_future(sem.query_vector(query)) if model_id and sem.expect_semantic() else None
 
     def first(
         reader: SyncReader,
@@ -114,12 +119,21 @@ async def search(
             return top, reason, None, store.tools_by_ids_in(reader, [t for t, _ in top], scope=scope), scope
         return lexical, "", visible, [], scope
 
-    async with rt.db.read() as conn:
-        lexical, reason, visible, tools, scope = await conn.batch(first)
+    try:
+        async with rt.db.read() as conn:
+            lexical, reason, visible, tools, scope = await conn.batch(first)
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    if model_id is not None:
+        sem.note_decision(semantic=not reason and visible is not None)
     if model_id is None or reason or visible is None:
+        if early is not None:
+            early.cancel()  # a local embedding still finishes in its thread; its result is dropped
         return _lexical_outcome(rt, query, lexical, tools, reason if ranking != "lexical" else "")
 
-    qvec = await sem.query_vector(query)
+    qvec = await (early if early is not None else sem.query_vector(query))
     if qvec is None:
         async with rt.db.read() as conn:
             top = lexical[:n]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 
 import numpy as np
 
@@ -25,6 +25,8 @@ OPENROUTER_URL = "https://openrouter.ai/api/v1"
 OPENROUTER_MODEL = "openai/text-embedding-3-small"
 # A search whose best fused or lexical score is below this is "low-score" in the counters.
 LOW_COSINE = 0.25
+# Query vectors remembered per process (1.5 KB each at 384 dimensions).
+RECENT_QUERIES = 512
 
 
 def build_provider(settings: Settings) -> Embedder | None:
@@ -63,6 +65,24 @@ class Semantic:
         self.counts: Counter[str] = Counter()
         self.last_error = ""
         self._wake: asyncio.Event | None = None
+        # Recent query vectors: agents repeat searches (a retry, the same use case in a new
+        # session). A stream of distinct queries gains nothing from it.
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        # Whether this process's last search used the semantic pass: then the next one embeds
+        # its query while the lexical pass runs. False at start, so a switched-off or unembedded
+        # appliance never sends a query to the provider; after the switch is turned off in
+        # another process, at most one search here still embeds its query (and drops it).
+        self._last_semantic = False
+
+    def forget_queries(self) -> None:
+        """Drop the remembered query vectors (the latency bench times uncached searches)."""
+        self._recent.clear()
+
+    def expect_semantic(self) -> bool:
+        return self._last_semantic and not self.breaker_open()
+
+    def note_decision(self, *, semantic: bool) -> None:
+        self._last_semantic = semantic
 
     @property
     def provider(self) -> Embedder | None:
@@ -86,12 +106,22 @@ class Semantic:
             if provider is not None:
                 self.counts["breaker_open"] += 1
             return None
+        cached = self._recent.get(text)
+        if cached is not None:
+            self._recent.move_to_end(text)
+            self.counts["query_cache_hits"] += 1
+            return cached
         try:
             rows = await provider.embed([text], timeout_s=self.settings.embeddings_timeout_s)
         except EmbeddingError as exc:
             self._trip(exc.reason)
             return None
-        return rows[0]
+        vector: np.ndarray = rows[0]
+        vector.flags.writeable = False  # shared by every search that repeats this query
+        self._recent[text] = vector
+        if len(self._recent) > RECENT_QUERIES:
+            self._recent.popitem(last=False)
+        return vector
 
     def _trip(self, reason: str) -> None:
         self.counts["provider_errors"] += 1

@@ -12,6 +12,8 @@ async def switch(rt: Runtime, enabled: bool) -> None:
     """Turn the semantic pass on or off for every process using this database, at once."""
     async with rt.db.write() as tx:
         await vectors.set_semantic_switch(tx, enabled)
+    if not enabled:
+        rt.semantic.note_decision(semantic=False)  # no query is embedded ahead of the next search
 
 
 async def status(rt: Runtime) -> dict[str, Any]:

@@ -32,7 +32,11 @@ MAX_PARAMS = 24
 
 
 def document_text(group: str, toolkit: str, upstream_name: str, description: str, schema: Any) -> str:
-    """``"<toolkit> <split name>: <description> Parameters: a, b"`` (the bench's dense-p text)."""
+    """``"<service> <split name>: <description> Parameters: a, b"`` (the bench's dense-p text).
+
+    The service is ``group`` (OpenAPI tag, catalogue toolkit) or, when empty, the toolkit slug.
+    Callers pass an empty group for a toolkit whose tools all share one (``uniform_group_toolkits``).
+    """
     if isinstance(schema, str):
         try:
             schema = orjson.loads(schema)
@@ -60,18 +64,32 @@ class Todo:
 def plan_in(conn: SyncReader, model_id: str) -> tuple[list[Todo], int]:
     """Active tools whose vector is missing, from another model, or of other text; and the total."""
     rows = conn.all(
-        "SELECT t.id, t.grp, k.slug, t.upstream_name, t.description, t.input_schema, e.model, e.text_hash"
+        "SELECT t.id, t.grp, k.slug, t.upstream_name, t.description, t.input_schema, e.model, e.text_hash,"
+        " t.toolkit_id"
         " FROM tools t JOIN toolkits k ON k.id = t.toolkit_id"
         " LEFT JOIN tool_embeddings e ON e.tool_id = t.id"
         " WHERE t.state = 'active' ORDER BY t.id"
     )
+    uniform = uniform_group_toolkits_in(conn)
     todo = []
     for r in rows:
-        text = document_text(r[1], r[2], r[3], r[4], r[5])
+        text = document_text("" if r[8] in uniform else r[1], r[2], r[3], r[4], r[5])
         digest = text_hash(text)
         if r[6] != model_id or r[7] != digest:
             todo.append(Todo(int(r[0]), text, digest))
     return todo, len(rows)
+
+
+def uniform_group_toolkits_in(conn: SyncReader) -> set[int]:
+    """Toolkits of several tools that all share one non-empty group (a catalogue's own label,
+    an API's single tag). Such a group tells none of its tools apart, and put in front of every
+    text it pulls their vectors together: the toolkit slug stands in for it (metatool's
+    "chatgpt_plugins" on all 199 tools: semantic nDCG@10 +0.03 on the dev queries)."""
+    rows = conn.all(
+        "SELECT toolkit_id FROM tools WHERE state = 'active' GROUP BY toolkit_id"
+        " HAVING count(*) > 1 AND count(DISTINCT grp) = 1 AND max(grp) != ''"
+    )
+    return {int(r[0]) for r in rows}
 
 
 def reusable_in(conn: SyncReader, model_id: str, todo: Sequence[Todo]) -> dict[int, tuple[int, int]]:

@@ -115,18 +115,22 @@ def test_a_failing_provider_leaves_search_lexical_within_its_deadline_and_opens_
         ok(cli(data, "backfill", env=env))
         with running_appliance(data, env=env) as app:
             assert run(search(app, "weather forecast"))["ranking"] == "hybrid"
+            # A repeated query's vector is remembered: the provider is not asked again.
+            before = len(server.requests)
+            assert run(search(app, "weather forecast"))["ranking"] == "hybrid"
+            assert server.query_requests(before) == 0
             server.mode = "slow"
             before = len(server.requests)
             started = time.monotonic()
-            found = run(search(app, "weather forecast"))
+            found = run(search(app, "forecast of the weather"))
             first_s = time.monotonic() - started
             assert found["ranking"] == "lexical"
             assert found["results"][0]["name"] == "kit__weather_get_forecast"
             assert first_s < 0.5 + 2.0  # the deadline, plus a client connection on a loaded machine
             # The breaker is open: the next searches do not wait for the provider at all.
             started = time.monotonic()
-            for _ in range(3):
-                assert run(search(app, "weather forecast"))["ranking"] == "lexical"
+            for query in ("weather tomorrow", "rain forecast", "forecast for Paris"):
+                assert run(search(app, query))["ranking"] == "lexical"
             assert time.monotonic() - started < first_s * 3
             assert server.query_requests(before) == 1
         assert any("embedding provider failed" in line for line in app.output)

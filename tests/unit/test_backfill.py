@@ -15,6 +15,7 @@ from appliance.gateway.backfill import backfill
 from appliance.gateway.imports import import_catalog
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search
+from appliance.gateway.semantic_admin import switch
 from tests.support.embeddings_server import EmbeddingsServer
 
 T = TypeVar("T")
@@ -128,3 +129,41 @@ def test_search_is_hybrid_once_the_catalogue_is_embedded_and_lexical_before(tmp_
     assert (before, reason) == ("lexical", "not_embedded")
     assert after == "hybrid"
     assert explicit == "lexical"
+
+
+def test_a_group_every_tool_of_a_toolkit_shares_is_embedded_as_the_toolkit_slug(tmp_path: Path) -> None:
+    shared = [("chatgpt_plugins", name, description) for _, name, description in TOOLS[:2]]
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> None:
+            await import_catalog(rt, catalogue(tmp_path / "a.jsonl", shared), slug="plugins")
+            await import_catalog(rt, catalogue(tmp_path / "b.jsonl", TOOLS[2:]), slug="kit")
+            await backfill(rt)
+
+        with_runtime(tmp_path, server, work)
+    texts = sorted(text for batch in server.requests for text in batch)
+    assert [t.split(" ", 1)[0] for t in texts] == ["files", "files", "plugins", "plugins", "weather"]
+    assert not any("chatgpt_plugins" in t for t in texts)
+
+
+def test_once_a_search_went_hybrid_the_next_embeds_its_query_and_a_switched_off_one_sends_none(
+    tmp_path: Path,
+) -> None:
+    source = catalogue(tmp_path / "c.jsonl", TOOLS)
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[list[str], int, list[str]]:
+            await import_catalog(rt, source, slug="kit")
+            await backfill(rt)
+            before = len(server.requests)
+            served = [(await search(rt, q)).ranking for q in ("presentation slide", "read a file")]
+            asked = server.query_requests(before)
+            await switch(rt, False)
+            before = len(server.requests)
+            served += [(await search(rt, q)).ranking for q in ("weather in Paris", "write text")]
+            return served, asked, [t for batch in server.requests[before:] for t in batch]
+
+        served, asked, after_off = with_runtime(tmp_path, server, work)
+    assert served == ["hybrid", "hybrid", "lexical", "lexical"]
+    assert asked == 2
+    assert after_off == []
