@@ -39,7 +39,7 @@ from appliance.ledger import store
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install
-from tests.support.clients import connect
+from tests.support.clients import connect, modern_tools_call
 from tests.support.servers import Appliance, running_appliance
 
 UPSTREAM = """
@@ -70,12 +70,6 @@ async def main():
 
 asyncio.run(main())
 """
-MODERN = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 
 
 class Upstream(MeteredUpstream):
@@ -161,14 +155,7 @@ async def full_path(
         """A stateless 2026-07-28 tools/call per POST over one kept-alive httpx connection: a
         client that costs far less CPU than the SDK's, which shares these two cores."""
         nonlocal errors
-        headers = {
-            "Authorization": f"Bearer {key}",
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": MODERN,
-            "Mcp-Method": "tools/call",
-            "Mcp-Name": tool,
-        }
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "_meta": META}}
+        headers, body = modern_tools_call(key, tool)
         async with httpx.AsyncClient(base_url=app.base_url, headers=headers, timeout=60) as http:
             await http.post("/mcp", json=body)  # warm: the connection
             for _ in range(n):

@@ -25,27 +25,15 @@ from tests.support.accounts import (
     install,
     query,
 )
+from tests.support.clients import modern_tools_call
 from tests.support.servers import Appliance, running_appliance
 
 pytestmark = pytest.mark.e2e
-MODERN = "2026-07-28"
-META = {
-    "io.modelcontextprotocol/protocolVersion": MODERN,
-    "io.modelcontextprotocol/clientInfo": {"name": "load", "version": "1"},
-    "io.modelcontextprotocol/clientCapabilities": {},
-}
 WORKERS = 20
 
 
 async def _worker(app: Appliance, key: str, tool: str, acked: Counter[str], kill_at: int) -> None:
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": MODERN,
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": tool,
-    }
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "_meta": META}}
+    headers, body = modern_tools_call(key, tool)
     async with httpx.AsyncClient(base_url=app.base_url, headers=headers, timeout=30) as http:
         while True:
             try:
