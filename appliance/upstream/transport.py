@@ -22,19 +22,18 @@ import math
 import ssl
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
-import httpcore
 import httpx
 
 from appliance.config import Settings
 from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy, Resolver, host_port
-from appliance.upstream.netstream import AsyncioBackend
+from appliance.upstream.http1 import Body, Pool
 
 # httpx logs every request URL at INFO (a query-string API key included; and a line per
 # upstream request doubled the log's cost per call) and httpcore logs response headers at
@@ -48,13 +47,15 @@ USER_AGENT = "toolspoke/0.1"
 ACCEPT_ENCODING = "gzip, deflate"
 _MAX_LOCATION = 200
 # Kept-alive connections: routes (hostname + checked address) remembered; idle connections
-# per route, few because httpcore's pool re-examines every kept connection on each request
-# and release (a readiness syscall and a scan of the pool per idle one: with 50 clients and
-# 16 kept, a call cost more CPU than the connects saved); and how long an idle one is kept:
-# below the 5 s idle timeout of Node and uvicorn servers, so we do not send on a connection
-# the server is closing.
+# kept per route (taking one is a pop, so many cost nothing per call, and at 50 concurrent
+# callers fewer meant a new TCP connection for most calls) and in the whole process (file
+# descriptors); connections open per route at most (more callers wait for one); and how
+# long an idle one is kept: below the 5 s idle timeout of Node and uvicorn servers, so we
+# do not send on a connection the server is closing.
 MAX_ROUTES = 64
-KEEPALIVE_PER_ROUTE = 4
+KEEPALIVE_PER_ROUTE = 64
+MAX_IDLE_TOTAL = 256
+MAX_OPEN_PER_ROUTE = 100
 KEEPALIVE_EXPIRY_S = 3.0
 # cookie-octet characters (RFC 6265) kept as they are; everything else is percent-encoded.
 _COOKIE_SAFE = "!#$&'()*+-./:<=>?@[]^_`{|}~"
@@ -103,66 +104,24 @@ class HttpStream:
         return bytes(body)
 
 
-class _Http11(httpx.AsyncHTTPTransport):
-    """httpx's transport over httpcore's HTTP/1.1 pool on plain asyncio sockets (netstream.py).
-
-    ``httpx.AsyncHTTPTransport.__init__`` only builds ``self._pool``; it is not called because
-    it would build (and load CA certificates for) a pool that is thrown away at once. The
-    mapping of httpcore's answers and errors to httpx's is the parent's, unchanged.
-    """
-
-    def __init__(self, ssl_context: ssl.SSLContext, limits: httpx.Limits) -> None:
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=AsyncioBackend(),
-        )
-
-
 class _Route:
     """Keep-alive connections to one checked address, for one hostname only."""
 
-    def __init__(self, transport: httpx.AsyncHTTPTransport) -> None:
-        self.transport = transport
-        self.busy = 0  # requests whose answer is still being read
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
         self.retired = False
-
-
-class _Tracked(httpx.AsyncByteStream):
-    """An answer's body that tells its route when it is closed (read, capped or abandoned)."""
-
-    def __init__(self, inner: httpx.AsyncByteStream, done: Callable[[], Awaitable[None]]) -> None:
-        self._inner = inner
-        self._done: Callable[[], Awaitable[None]] | None = done
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
-
-    async def aclose(self) -> None:
-        try:
-            await self._inner.aclose()
-        finally:
-            done, self._done = self._done, None
-            if done is not None:
-                await done()
 
 
 class PinnedTransport(httpx.AsyncBaseTransport):
     """Resolve + check the host, then send to the checked IP with Host and SNI unchanged.
 
     Connections are kept alive per route, a route being (scheme, hostname, checked address,
-    port): httpx keys its own pool by (scheme, IP, port) only, so one shared pool could hand
-    a TLS connection opened and verified for one name to a request for another name on the
-    same address (A3's pool-reuse hazard). A route's pool only ever serves its own name.
-    Every request still resolves and checks the name first; when the answer changed, the
-    routes to the old address are retired (closed once their last answer is read), so no
-    request is sent to an address that was not checked for it.
+    port): a pool keyed by (scheme, IP, port) only could hand a TLS connection opened and
+    verified for one name to a request for another name on the same address (A3's pool-reuse
+    hazard). A route's pool only ever serves its own name. Every request still resolves and
+    checks the name first; when the answer changed, the routes to the old address are
+    retired (closed once their last answer is read), so no request is sent to an address
+    that was not checked for it. The HTTP/1.1 exchange itself is ``http1.py``'s.
     """
 
     def __init__(
@@ -177,80 +136,71 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         )
         self._max_routes = max_routes
         self._routes: OrderedDict[tuple[str, str, str, int], _Route] = OrderedDict()
+        self._spare = [MAX_IDLE_TOTAL]  # idle connections the process may still keep
         self._closed = False
 
-    def _route(self, key: tuple[str, str, str, int]) -> tuple[_Route, list[_Route]]:
-        """The route for ``key`` (made on first use) and the routes it makes stale."""
-        stale = [
-            self._routes.pop(k)
-            for k in [k for k in self._routes if k != key and (k[0], k[1], k[3]) == (key[0], key[1], key[3])]
-        ]
+    def _route(self, key: tuple[str, str, str, int]) -> _Route:
+        """The route for ``key`` (made on first use); retires the routes it makes stale."""
         route = self._routes.get(key)
         if route is None:
+            stale = [k for k in self._routes if k != key and (k[0], k[1], k[3]) == (key[0], key[1], key[3])]
+            for k in stale:
+                self._retire(self._routes.pop(k))
+            scheme, host, address, port = key
             route = _Route(
-                _Http11(
-                    self._ssl,
-                    httpx.Limits(
-                        max_connections=100,
-                        max_keepalive_connections=KEEPALIVE_PER_ROUTE,
-                        keepalive_expiry=KEEPALIVE_EXPIRY_S,
-                    ),
+                Pool(
+                    address=address,
+                    port=port,
+                    tls=self._ssl if scheme == "https" else None,
+                    sni=host,
+                    keep=KEEPALIVE_PER_ROUTE,
+                    expiry_s=KEEPALIVE_EXPIRY_S,
+                    max_open=MAX_OPEN_PER_ROUTE,
+                    spare=self._spare,
                 )
             )
             self._routes[key] = route
             while len(self._routes) > self._max_routes:
-                stale.append(self._routes.popitem(last=False)[1])
-        self._routes.move_to_end(key)
-        return route, stale
+                self._retire(self._routes.popitem(last=False)[1])
+        else:
+            self._routes.move_to_end(key)
+        return route
+
+    @staticmethod
+    def _retire(route: _Route) -> None:
+        route.retired = True
+        route.pool.close()  # idle ones now; busy ones as their answers are closed
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
             raise RuntimeError("the egress transport is closed")
-        host, port = host_port(request.url)
+        url = request.url
+        host, port = host_port(url)
         addresses = await self.policy.resolve(host, port)
-        address = str(addresses[0])
-        pinned_url = request.url.copy_with(host=address)
-        extensions = dict(request.extensions)
-        if request.url.scheme == "https":
-            extensions["sni_hostname"] = host
-        pinned = httpx.Request(
-            request.method,
-            pinned_url,
-            headers=request.headers,  # already carries Host: <original name>
-            stream=request.stream,
-            extensions=extensions,
-        )
-        route, stale = self._route((request.url.scheme, host.lower(), address, port))
-        for old in stale:
-            old.retired = True
-            if old.busy == 0:
-                await old.transport.aclose()
-        route.busy += 1
+        route = self._route((url.scheme, host.lower(), str(addresses[0]), port))
+        body = await request.aread()
+        timeouts = request.extensions.get("timeout") or {}
+        conn = await route.pool.acquire(timeouts.get("connect"))
         try:
-            response = await route.transport.handle_async_request(pinned)
+            await conn.send(request, body)
+            status, reason, headers, framing, length = await conn.receive(request.method.encode("ascii"))
         except BaseException:
-            await self._release(route)
+            conn.close()
+            route.pool.release(conn)
             raise
-        assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Tracked(response.stream, lambda: self._release(route)),
-            extensions=response.extensions,
+            status,
+            headers=headers,
+            stream=Body(conn, framing, length, route.pool.release),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
         )
-
-    async def _release(self, route: _Route) -> None:
-        route.busy -= 1
-        if route.retired and route.busy == 0:
-            await route.transport.aclose()
 
     async def aclose(self) -> None:
         self._closed = True
         routes = list(self._routes.values())
         self._routes.clear()
         for route in routes:
-            route.retired = True
-            await route.transport.aclose()
+            self._retire(route)
 
 
 class Egress:

@@ -9,8 +9,10 @@ Run from the repo root: ``.venv/bin/python tests/bench/accounting.py [--calls N]
    server in its own process: kept-alive connections, no thread per connection), paid calls
    from non-owner keys to a toolkit with a fee and a ceiling: rate → quota → reserve →
    upstream → charge → audit. 1 client calling in a loop, then 50 clients at once; each with
-   a raw client (one stateless 2026-07-28 POST per call over httpx: cheap on CPU, which the
-   client shares with the gateway on this machine) and with the official SDK client.
+   three clients, from lightest to heaviest on the CPU that they share with the gateway on
+   this machine: ``wire`` (the same stateless 2026-07-28 POST bytes written on a kept-alive
+   socket and the answer framed by its Content-Length, as a load generator such as wrk
+   does), ``raw`` (one POST per call over httpx) and the official SDK client.
 
 Prints a table; not a test.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import socket
 import subprocess
 import sys
@@ -146,10 +149,41 @@ async def accounting_alone(calls: int, workers: int, synchronous: str) -> dict[s
 
 
 async def full_path(
-    app: Appliance, keys: list[str], tool: str, calls: int, clients: int, *, sdk: bool
+    app: Appliance, keys: list[str], tool: str, calls: int, clients: int, *, kind: str
 ) -> dict[str, float]:
     latencies: list[float] = []
     errors = 0
+
+    async def wire(key: str, n: int) -> None:
+        """The request's bytes, built once, on one kept-alive socket; the answer read by its
+        Content-Length and checked for a result that is not an error."""
+        nonlocal errors
+        headers, body = modern_tools_call(key, tool)
+        payload = json.dumps(body).encode()
+        host, port = app.base_url.removeprefix("http://").split(":")
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        request = (
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"{head}Content-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+        reader, writer = await asyncio.open_connection(host, int(port))
+
+        async def once() -> bool:
+            writer.write(request)
+            answer_head = await reader.readuntil(b"\r\n\r\n")
+            length = int(answer_head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            answer = await reader.readexactly(length)
+            return answer_head.startswith(b"HTTP/1.1 200") and b'"isError":false' in answer
+
+        try:
+            await once()  # warm: the connection
+            for _ in range(n):
+                t0 = time.perf_counter()
+                ok = await once()
+                latencies.append(time.perf_counter() - t0)
+                errors += not ok
+        finally:
+            writer.close()
 
     async def raw(key: str, n: int) -> None:
         """A stateless 2026-07-28 tools/call per POST over one kept-alive httpx connection: a
@@ -166,7 +200,9 @@ async def full_path(
 
     async def client(key: str, n: int) -> None:
         nonlocal errors
-        if not sdk:
+        if kind == "wire":
+            return await wire(key, n)
+        if kind == "raw":
             return await raw(key, n)
         async with connect(dataclasses.replace(app, key=key)) as c:
             # The SDK re-lists tools after each call to a tool tools/list does not show (the
@@ -235,7 +271,8 @@ def main() -> None:
     }
     print(
         "full path (client → appliance → asyncio HTTP upstream in its own process; paid non-owner calls;"
-        " raw = one POST per call over httpx, SDK = the official client):"
+        " wire = prebuilt POST bytes on a socket, raw = one POST per call over httpx, SDK = the"
+        " official client):"
     )
     try:
         for synchronous in ("FULL", "NORMAL"):
@@ -244,12 +281,11 @@ def main() -> None:
                 keys = add_user_keys(app.data_dir, "bench", 50)
                 admin(app, "POST", credits_path(app, "bench"), {"amount": 10**9})
                 tool = install(app, "meter", upstream, fee=1, daily_limit=10**9)  # type: ignore[arg-type]
-                for sdk in (False, True):
+                for kind in ("wire", "raw", "SDK"):
                     for clients in (1, 50):
-                        figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients, sdk=sdk))
+                        figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients, kind=kind))
                         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
-                        who = "SDK" if sdk else "raw"
-                        print(f"  synchronous={synchronous:<6} {who} {clients:>3} clients: {shown}")
+                        print(f"  synchronous={synchronous:<6} {kind:<4} {clients:>3} clients: {shown}")
     finally:
         upstream.close()
 
