@@ -233,16 +233,7 @@ class Connection:
         if framing == "none":
             return
         if framing == "length":
-            left = length
-            while left:
-                if not wire.buffer and not await wire.more():
-                    raise httpx.RemoteProtocolError("the upstream closed the connection mid-body")
-                if not wire.buffer:
-                    continue
-                piece = bytes(wire.buffer[:left])
-                del wire.buffer[: len(piece)]
-                left -= len(piece)
-                wire.consumed()
+            async for piece in self._exactly(length):
                 yield piece
             if wire.buffer:
                 self.reusable = False  # more than it announced: do not trust the framing
@@ -276,18 +267,24 @@ class Connection:
                 if wire.buffer:
                     self.reusable = False
                 return
-            while size:
-                if not wire.buffer and not await wire.more():
-                    raise httpx.RemoteProtocolError("the upstream closed the connection mid-chunk")
-                if not wire.buffer:
-                    continue
-                piece = bytes(wire.buffer[:size])
-                del wire.buffer[: len(piece)]
-                size -= len(piece)
-                wire.consumed()
+            async for piece in self._exactly(size):
                 yield piece
             if await self._line():
                 raise httpx.RemoteProtocolError("the upstream sent a chunk longer than announced")
+
+    async def _exactly(self, size: int) -> AsyncIterator[bytes]:
+        """``size`` bytes of body as they arrive; the end of the stream before them is an error."""
+        wire = self.wire
+        while size:
+            if not wire.buffer:
+                if not await wire.more():
+                    raise httpx.RemoteProtocolError("the upstream closed the connection mid-body")
+                continue
+            piece = bytes(wire.buffer[:size])
+            del wire.buffer[: len(piece)]
+            size -= len(piece)
+            wire.consumed()
+            yield piece
 
     async def _line(self) -> bytes:
         wire = self.wire
