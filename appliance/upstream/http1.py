@@ -22,6 +22,7 @@ import asyncio
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -138,8 +139,8 @@ class Connection:
         if transport is not None and not transport.is_closing():
             transport.close()
 
-    async def send(self, request: httpx.Request, body: bytes) -> None:
-        head = _request_head(request, len(body))
+    async def send(self, method: str, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        head = request_head(method, target, headers, len(body))
         transport = self.wire.transport
         if transport is None or self.wire.closed or transport.is_closing():
             raise httpx.WriteError("the connection is closed")
@@ -304,11 +305,11 @@ def _is_hex(text: bytes) -> bool:
     return all(c in b"0123456789abcdefABCDEF" for c in text)
 
 
-def _request_head(request: httpx.Request, body_length: int) -> bytes:
+def request_head(method: str, target: bytes, headers: list[tuple[bytes, bytes]], body_length: int) -> bytes:
     """The request line and headers; refuses what would split or smuggle a request."""
-    lines = [b"%s %s HTTP/1.1" % (request.method.encode("ascii"), request.url.raw_path)]
+    lines = [b"%s %s HTTP/1.1" % (method.encode("ascii"), target)]
     has_length = False
-    for name, value in request.headers.raw:
+    for name, value in headers:
         if not _TOKEN.fullmatch(name):
             raise httpx.LocalProtocolError(f"invalid header name {name!r}")
         lowered = name.lower()
@@ -317,7 +318,7 @@ def _request_head(request: httpx.Request, body_length: int) -> bytes:
         elif lowered == b"transfer-encoding":
             continue  # the body is always sent whole, with its length
         lines.append(name + b": " + value)
-    if not has_length and (body_length or request.method not in ("GET", "HEAD", "DELETE", "OPTIONS")):
+    if not has_length and (body_length or method not in ("GET", "HEAD", "DELETE", "OPTIONS")):
         lines.append(b"Content-Length: %d" % body_length)
     head = b"\r\n".join(lines)
     if b"\0" in head or head.count(b"\n") != len(lines) - 1 or head.count(b"\r") != len(lines) - 1:
@@ -450,7 +451,20 @@ class Pool:
                 waiter.set_result(None)
 
 
-class Body(httpx.AsyncByteStream):
+@dataclass(frozen=True)
+class Answer:
+    """A response whose head is read; ``body`` still has to be read or closed."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: Body
+
+    def header(self, name: bytes) -> str:
+        """Every value of the (lower-case) header ``name``, joined with ", "."""
+        return ", ".join(v.decode("latin-1") for k, v in self.headers if k.lower() == name)
+
+
+class Body:
     """A response body that gives its connection back when it is closed (read or not)."""
 
     def __init__(
@@ -471,7 +485,7 @@ class Body(httpx.AsyncByteStream):
             raise
         self._finished = True
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         done, self._done = self._done, None
         if done is None:
             return

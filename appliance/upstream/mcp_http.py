@@ -168,8 +168,11 @@ class StreamableHttpTransport:
         max_bytes: int | None = None,
     ) -> None:
         self.egress = egress
-        self.url = str(egress.check_url(url))
-        self.host = httpx.URL(self.url).host
+        # Parsed and vetted once; the egress client checks it again per request (cheaply: an
+        # httpx.URL is not parsed twice) and resolves its host again every time.
+        self.target = egress.check_url(url)
+        self.url = str(self.target)
+        self.host = self.target.host
         self.headers = dict(headers or {})
         self.max_bytes = _read_cap(egress, max_bytes)
         self.session_id: str | None = None
@@ -218,7 +221,12 @@ class StreamableHttpTransport:
         deadline = loop.time() + (self.egress.timeout_s if timeout_s is None else timeout_s)
         broken: SseDecoder | None = None
         async with self.egress.stream(
-            "POST", self.url, headers=headers, content=content, timeout_s=timeout_s, max_bytes=self.max_bytes
+            "POST",
+            self.target,
+            headers=headers,
+            content=content,
+            timeout_s=timeout_s,
+            max_bytes=self.max_bytes,
         ) as answer:
             status = answer.status
             if status == 404 and legacy_request:
@@ -310,7 +318,7 @@ class StreamableHttpTransport:
             decoder = SseDecoder(self.max_bytes, self.host, last_event_id=last_id, retry_ms=decoder.retry_ms)
             remaining = max(0.001, deadline - loop.time())
             async with self.egress.stream(
-                "GET", self.url, headers=headers, timeout_s=remaining, max_bytes=self.max_bytes
+                "GET", self.target, headers=headers, timeout_s=remaining, max_bytes=self.max_bytes
             ) as answer:
                 kind = answer.content_type.split(";")[0].strip().lower()
                 if answer.status != 200 or kind != "text/event-stream":
@@ -356,7 +364,7 @@ class StreamableHttpTransport:
         if self._legacy_version:
             headers["MCP-Protocol-Version"] = self._legacy_version
         try:
-            await self.egress.send("DELETE", self.url, headers=headers, timeout_s=_CLOSE_S)
+            await self.egress.send("DELETE", self.target, headers=headers, timeout_s=_CLOSE_S)
         except UpstreamError as exc:  # the server may be gone already; the session is over
             log.debug("DELETE of the upstream session failed: %s", exc.reason)
 

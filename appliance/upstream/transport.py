@@ -1,13 +1,13 @@
 """The one HTTP client every upstream call goes through: pinned, capped and on a deadline.
 
 - ``PinnedTransport`` resolves and checks the host per request, then connects to the checked
-  address itself (URL host rewritten to the IP, ``Host`` header and TLS SNI kept), so DNS
-  rebinding between check and connect is impossible (anchors A2, A4).
-- ``Egress.send`` puts a TOTAL deadline around the call with ``asyncio.timeout``: httpx
-  timeouts are per network operation, and a server trickling one byte at a time never trips
-  them (A6, encode/httpx#1450).
-- The body is read raw and decompressed here with a bounded output, so a gzip bomb stops at
-  the byte cap instead of being inflated in one read (A6, the urllib3 advisories).
+  address itself (the ``Host`` header and TLS SNI keep the name), so DNS rebinding between
+  check and connect is impossible (anchors A2, A4). The exchange is ``http1.py``'s.
+- ``Egress.send`` puts a TOTAL deadline around the call with ``asyncio.timeout``:
+  per-operation timeouts never trip on a server trickling one byte at a time (A6,
+  encode/httpx#1450).
+- The body is read raw and decoded with a bounded output (``bodies.py``), so a gzip bomb
+  stops at the byte cap instead of being inflated in one read (A6, the urllib3 advisories).
 - Redirects are never followed: a 3xx is an error naming where it pointed.
 
 Every failure is an ``UpstreamError`` whose message a client may read: it names the host,
@@ -20,20 +20,19 @@ import asyncio
 import logging
 import math
 import ssl
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
 
 from appliance.config import Settings
 from appliance.errors import UpstreamError
+from appliance.upstream.bodies import decoder_for, from_httpx, iter_capped, kept_headers, read_capped
 from appliance.upstream.guard import EgressPolicy, Resolver, host_port
-from appliance.upstream.http1 import Body, Pool
+from appliance.upstream.http1 import Answer, Body, Pool
 
 # httpx logs every request URL at INFO (a query-string API key included; and a line per
 # upstream request doubled the log's cost per call) and httpcore logs response headers at
@@ -112,7 +111,7 @@ class _Route:
         self.retired = False
 
 
-class PinnedTransport(httpx.AsyncBaseTransport):
+class PinnedTransport:
     """Resolve + check the host, then send to the checked IP with Host and SNI unchanged.
 
     Connections are kept alive per route, a route being (scheme, hostname, checked address,
@@ -122,6 +121,10 @@ class PinnedTransport(httpx.AsyncBaseTransport):
     checks the name first; when the answer changed, the routes to the old address are
     retired (closed once their last answer is read), so no request is sent to an address
     that was not checked for it. The HTTP/1.1 exchange itself is ``http1.py``'s.
+
+    Not an httpx transport: building httpx's Request and Response objects (URL merging,
+    header normalisation) was a tenth of a paid call's CPU for nothing we use; httpx stays
+    the URL model and the error vocabulary.
     """
 
     def __init__(
@@ -171,29 +174,34 @@ class PinnedTransport(httpx.AsyncBaseTransport):
         route.retired = True
         route.pool.close()  # idle ones now; busy ones as their answers are closed
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def open(
+        self,
+        method: str,
+        url: httpx.URL,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        connect_timeout_s: float | None,
+    ) -> Answer:
+        """Send one request to ``url``'s checked address; the answer with its head read.
+
+        ``target`` is the request target (path and query) and ``headers`` carry Host. The
+        caller must close ``answer.body`` (read or not) to hand the connection back.
+        """
         if self._closed:
             raise RuntimeError("the egress transport is closed")
-        url = request.url
         host, port = host_port(url)
         addresses = await self.policy.resolve(host, port)
         route = self._route((url.scheme, host.lower(), str(addresses[0]), port))
-        body = await request.aread()
-        timeouts = request.extensions.get("timeout") or {}
-        conn = await route.pool.acquire(timeouts.get("connect"))
+        conn = await route.pool.acquire(connect_timeout_s)
         try:
-            await conn.send(request, body)
-            status, reason, headers, framing, length = await conn.receive(request.method.encode("ascii"))
+            await conn.send(method, target, headers, body)
+            status, _, answer_headers, framing, length = await conn.receive(method.encode("ascii"))
         except BaseException:
             conn.close()
             route.pool.release(conn)
             raise
-        return httpx.Response(
-            status,
-            headers=headers,
-            stream=Body(conn, framing, length, route.pool.release),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
-        )
+        return Answer(status, answer_headers, Body(conn, framing, length, route.pool.release))
 
     async def aclose(self) -> None:
         self._closed = True
@@ -260,8 +268,6 @@ class Egress:
         headers: Mapping[str, str] | None = None,
         cookies: Mapping[str, str] | None = None,
         content: bytes | None = None,
-        json: Any = None,
-        data: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
         max_bytes: int | None = None,
     ) -> HttpResponse:
@@ -274,38 +280,24 @@ class Egress:
         deadline = self.timeout_s if timeout_s is None else timeout_s
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
-        out_headers = _headers(headers)
-        if cookies:
-            # Built by hand: httpx deprecates per-request cookies, and a jar would keep
-            # state between calls of different toolkits.
-            jar = "; ".join(f"{k}={quote(str(v), safe=_COOKIE_SAFE)}" for k, v in cookies.items())
-            prior = out_headers.get("Cookie")
-            out_headers["Cookie"] = f"{prior}; {jar}" if prior else jar
+        body = content or b""
         try:
+            path = _request_target(target, params)
+            out_headers = _request_headers(target, headers, cookies)
             async with asyncio.timeout(deadline):
-                request = httpx.Request(
-                    method,
-                    target,
-                    params=httpx.QueryParams(urlencode(params, doseq=True)) if params else None,
-                    headers=out_headers,
-                    content=content,
-                    json=json,
-                    data=data,
-                    extensions={"timeout": httpx.Timeout(deadline).as_dict()},
-                )
-                response = await self._exchange(request)
+                answer = await self._transport.open(method, target, path, out_headers, body, deadline)
                 try:
-                    if 300 <= response.status_code < 400 and response.status_code != 304:
-                        raise _redirect(host, response)
-                    body = await _read_capped(response, cap, host)
+                    if 300 <= answer.status < 400 and answer.status != 304:
+                        raise _redirect(host, answer)
+                    data = await read_capped(answer, cap, host)
                 finally:
-                    await response.aclose()
+                    answer.body.close()
         except Exception as exc:
             mapped = _as_upstream_error(exc, host, deadline)
             if mapped is exc:
                 raise
             raise mapped from exc
-        return HttpResponse(status=response.status_code, headers=_kept(response), body=body, url=str(target))
+        return HttpResponse(status=answer.status, headers=kept_headers(answer), body=data, url=str(target))
 
     @asynccontextmanager
     async def stream(
@@ -330,39 +322,33 @@ class Egress:
         deadline = self.timeout_s if timeout_s is None else timeout_s
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
-        out_headers = _headers(headers)
         bounded = math.isfinite(deadline)
-        per_operation = httpx.Timeout(deadline) if bounded else httpx.Timeout(self.timeout_s, read=None)
         try:
+            out_headers = _request_headers(target, headers, None)
             async with asyncio.timeout(deadline if bounded else None):
-                request = httpx.Request(
+                answer = await self._transport.open(
                     method,
                     target,
-                    headers=out_headers,
-                    content=content,
-                    extensions={"timeout": per_operation.as_dict()},
+                    target.raw_path,
+                    out_headers,
+                    content or b"",
+                    deadline if bounded else self.timeout_s,
                 )
-                response = await self._exchange(request)
                 chunks: AsyncGenerator[bytes, None] | None = None
                 try:
-                    if 300 <= response.status_code < 400 and response.status_code != 304:
-                        raise _redirect(host, response)
-                    chunks = _iter_capped(response, _decoder_for(response, cap, host), cap, host)
-                    yield HttpStream(response.status_code, _kept(response), chunks, str(target))
+                    if 300 <= answer.status < 400 and answer.status != 304:
+                        raise _redirect(host, answer)
+                    chunks = iter_capped(answer, decoder_for(answer, cap, host), cap, host)
+                    yield HttpStream(answer.status, kept_headers(answer), chunks, str(target))
                 finally:
                     if chunks is not None:
                         await chunks.aclose()
-                    await response.aclose()
+                    answer.body.close()
         except Exception as exc:
             mapped = _as_upstream_error(exc, host, deadline)
             if mapped is exc:
                 raise
             raise mapped from exc
-
-    async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        response = await self._transport.handle_async_request(request)
-        response.request = request
-        return response
 
     async def fetch_document(
         self, url: str, max_bytes: int | None = None, *, timeout_s: float | None = None
@@ -389,12 +375,51 @@ class Egress:
         return response.body
 
 
-def _headers(given: Mapping[str, str] | None) -> httpx.Headers:
-    """The caller's headers over our defaults; Accept-Encoding is always ours."""
-    out = httpx.Headers({"User-Agent": USER_AGENT, "Accept": "*/*"})
-    out.update(given or {})
-    out["Accept-Encoding"] = ACCEPT_ENCODING
+# Headers a caller may not set: the connection's framing and routing are ours.
+_OURS = frozenset({"host", "content-length", "transfer-encoding", "connection", "accept-encoding"})
+
+
+def _request_target(url: httpx.URL, params: list[tuple[str, str]] | Mapping[str, str] | None) -> bytes:
+    """Path and query of the request line, ``params`` appended to the URL's own query."""
+    path = url.raw_path
+    if not params:
+        return path
+    extra = urlencode(params, doseq=True).encode("ascii")
+    return path + (b"&" if b"?" in path else b"?") + extra
+
+
+def _request_headers(
+    url: httpx.URL, given: Mapping[str, str] | None, cookies: Mapping[str, str] | None
+) -> list[tuple[bytes, bytes]]:
+    """Host and our defaults, the caller's headers over the defaults, cookies joined in.
+
+    Accept-Encoding is always ours (only what we decode with a bounded output), and so are
+    Host (the checked URL's) and the framing headers (the body is sent whole, with its
+    length).
+    """
+    merged: dict[str, tuple[str, str]] = {
+        "user-agent": ("User-Agent", USER_AGENT),
+        "accept": ("Accept", "*/*"),
+    }
+    for name, value in (given or {}).items():
+        if name.lower() not in _OURS:
+            merged[name.lower()] = (name, value)
+    if cookies:
+        # Built by hand: a jar would keep state between calls of different toolkits.
+        jar = "; ".join(f"{k}={quote(str(v), safe=_COOKIE_SAFE)}" for k, v in cookies.items())
+        prior = merged.get("cookie")
+        merged["cookie"] = ("Cookie", f"{prior[1]}; {jar}" if prior else jar)
+    out = [(b"Host", url.netloc)]
+    out += [(_encoded(name), _encoded(value)) for name, value in merged.values()]
+    out.append((b"Accept-Encoding", ACCEPT_ENCODING.encode("ascii")))
     return out
+
+
+def _encoded(text: str) -> bytes:
+    try:
+        return text.encode("ascii")
+    except UnicodeEncodeError:
+        return text.encode("utf-8")  # as httpx sent them; a server decides what it accepts
 
 
 def _as_upstream_error(exc: Exception, host: str, deadline: float) -> Exception:
@@ -404,14 +429,14 @@ def _as_upstream_error(exc: Exception, host: str, deadline: float) -> Exception:
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
         return UpstreamError(f"{host} did not answer within {deadline:g} s", reason="upstream_timeout")
     if isinstance(exc, httpx.HTTPError):
-        return _from_httpx(host, exc)
-    if isinstance(exc, OSError):  # a socket error httpcore did not wrap
+        return from_httpx(host, exc)
+    if isinstance(exc, OSError):  # a socket error the exchange did not wrap
         return UpstreamError(f"could not reach {host}", reason="upstream_unavailable")
     return exc
 
 
-def _redirect(host: str, response: httpx.Response) -> UpstreamError:
-    location = response.headers.get("location", "")
+def _redirect(host: str, answer: Answer) -> UpstreamError:
+    location = answer.header(b"location")
     try:
         # Name where it pointed, but not its query: that may carry a token.
         loc = httpx.URL(location)
@@ -420,158 +445,7 @@ def _redirect(host: str, response: httpx.Response) -> UpstreamError:
         shown = "an invalid Location"
     shown = shown[:_MAX_LOCATION] if location else "(no Location)"
     return UpstreamError(
-        f"{host} answered HTTP {response.status_code} redirecting to {shown}; redirects are not followed",
+        f"{host} answered HTTP {answer.status} redirecting to {shown}; redirects are not followed",
         reason="upstream_redirect",
-        data={"status": response.status_code, "location": shown},
+        data={"status": answer.status, "location": shown},
     )
-
-
-def _from_httpx(host: str, exc: httpx.HTTPError) -> UpstreamError:
-    if isinstance(exc, httpx.ConnectError) and _is_tls(exc):
-        return UpstreamError(f"TLS handshake with {host} failed", reason="upstream_tls")
-    if isinstance(exc, httpx.ConnectError | httpx.ReadError | httpx.WriteError | httpx.CloseError):
-        return UpstreamError(
-            f"could not reach {host} (connection refused or reset)", reason="upstream_unavailable"
-        )
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return UpstreamError(f"{host} broke the HTTP protocol or closed early", reason="upstream_invalid")
-    if isinstance(exc, httpx.DecodingError):
-        return UpstreamError(f"{host} sent a body that could not be decoded", reason="upstream_invalid")
-    if isinstance(exc, httpx.LocalProtocolError):
-        return UpstreamError(
-            "the request could not be sent: an invalid header or body", reason="upstream_invalid"
-        )
-    return UpstreamError(f"the call to {host} failed", reason="upstream_unavailable")
-
-
-def _is_tls(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(8):  # walk the cause chain; httpcore wraps the ssl error
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLError | ssl.CertificateError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _too_large(host: str, cap: int) -> UpstreamError:
-    return UpstreamError(
-        f"the answer from {host} is larger than {cap} bytes",
-        reason="upstream_too_large",
-        data={"max_bytes": cap},
-    )
-
-
-class _BoundedDecoder:
-    """gzip/deflate decoding that never produces more than ``limit`` bytes."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.encoding = encoding
-        self.limit = limit
-        self._wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
-        self._d = zlib.decompressobj(self._wbits)
-        self._started = False
-
-    def feed(self, data: bytes) -> bytes:
-        """Decoded bytes for ``data``; at most ``limit + 1`` of them, so overflow shows."""
-        out = bytearray()
-        while data and len(out) <= self.limit:
-            try:
-                out += self._d.decompress(data, self.limit + 1 - len(out))
-            except zlib.error:
-                if self._started or self.encoding != "deflate" or self._wbits < 0:
-                    raise
-                # Some servers send raw deflate without the zlib header.
-                self._wbits = -zlib.MAX_WBITS
-                self._d = zlib.decompressobj(self._wbits)
-                continue
-            self._started = True
-            if self._d.eof:
-                data = self._d.unused_data  # another gzip member follows
-                self._d = zlib.decompressobj(self._wbits)
-            else:
-                data = self._d.unconsumed_tail
-        return bytes(out)
-
-    def finish(self) -> bytes:
-        """Output zlib still holds after the last chunk (bounded like ``feed``)."""
-        out = bytearray()
-        while len(out) <= self.limit:
-            more = self._d.decompress(self._d.unconsumed_tail, self.limit + 1 - len(out))
-            if not more:
-                break
-            out += more
-        return bytes(out)
-
-
-def _kept(response: httpx.Response) -> dict[str, str]:
-    return {
-        k: ", ".join(response.headers.get_list(k))
-        for k in response.headers
-        if k not in ("content-encoding", "content-length", "transfer-encoding")
-    }
-
-
-def _decoder_for(response: httpx.Response, cap: int, host: str) -> _BoundedDecoder | None:
-    """The bounded decoder the answer needs (None: identity); refuses what we cannot bound."""
-    encodings = [
-        e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()
-    ]
-    encodings = [e for e in encodings if e != "identity"]
-    if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "x-gzip", "deflate")):
-        raise UpstreamError(
-            f"{host} used an unsupported Content-Encoding {response.headers['content-encoding']!r}",
-            reason="upstream_invalid",
-        )
-    declared = response.headers.get("content-length", "")
-    if not encodings and declared.isdigit() and int(declared) > cap:
-        raise _too_large(host, cap)  # refuse before reading a byte
-    return _BoundedDecoder(encodings[0], cap) if encodings else None
-
-
-async def _iter_capped(
-    response: httpx.Response, decoder: _BoundedDecoder | None, cap: int, host: str
-) -> AsyncGenerator[bytes, None]:
-    """Decoded chunks of a streamed answer, failing once their total passes ``cap``."""
-    total = 0
-    try:
-        async for chunk in response.aiter_raw():
-            data = decoder.feed(chunk) if decoder else chunk
-            total += len(data)
-            if total > cap:
-                raise _too_large(host, cap)
-            if data:
-                yield data
-        tail = decoder.finish() if decoder else b""
-        if total + len(tail) > cap:
-            raise _too_large(host, cap)
-        if tail:
-            yield tail
-    except zlib.error as exc:
-        raise UpstreamError(
-            f"{host} sent a body that could not be decoded", reason="upstream_invalid"
-        ) from exc
-    except httpx.TimeoutException as exc:
-        raise UpstreamError(f"{host} stopped sending in time", reason="upstream_timeout") from exc
-    except httpx.HTTPError as exc:
-        raise _from_httpx(host, exc) from exc
-
-
-async def _read_capped(response: httpx.Response, cap: int, host: str) -> bytes:
-    decoder = _decoder_for(response, cap, host)
-    body = bytearray()
-    try:
-        async for chunk in response.aiter_raw():
-            body += decoder.feed(chunk) if decoder else chunk
-            if len(body) > cap:
-                raise _too_large(host, cap)
-        if decoder:
-            body += decoder.finish()
-    except zlib.error as exc:
-        raise UpstreamError(
-            f"{host} sent a body that could not be decoded", reason="upstream_invalid"
-        ) from exc
-    if len(body) > cap:
-        raise _too_large(host, cap)
-    return bytes(body)

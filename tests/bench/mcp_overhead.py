@@ -327,7 +327,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 async def timed(
-    kits: dict[str, Target], rounds: int, seconds: float, schema: dict[str, Any] | None, pid: int
+    kits: dict[str, Target],
+    rounds: int,
+    seconds: float,
+    schema: dict[str, Any] | None,
+    pid: int,
+    concurrencies: tuple[int, ...] = CONCURRENCY,
 ) -> dict[tuple[str, str, int], Sample]:
     """Every path, era and client count, interleaved over ``rounds``.
 
@@ -342,7 +347,7 @@ async def timed(
             for path in PATHS:
                 pool = Pool(kits[path], mode, schema)
                 try:
-                    for concurrency in CONCURRENCY:
+                    for concurrency in concurrencies:
                         await pool.start(concurrency)  # c=1 runs with one client open, c=10 with ten
                         cpu_before = cpu_seconds(pid)
                         latencies, rate = await measure(pool, concurrency, seconds)
@@ -419,7 +424,7 @@ def report(samples: dict[tuple[str, str, int], Sample], rounds: int) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, era in ERAS.items():
-        for concurrency in CONCURRENCY:
+        for concurrency in sorted({c for (_, _, c) in samples}):
             base = pct(samples[("direct", mode, concurrency)].latencies, 0.5)
             for path in PATHS:
                 s = samples[(path, mode, concurrency)]
@@ -457,6 +462,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=0.8, help="timed seconds per measurement")
+    parser.add_argument(
+        "--clients", type=int, nargs="+", default=list(CONCURRENCY), help="concurrent clients to time"
+    )
     parser.add_argument("--handshake-calls", type=int, default=200, help="calls per path and era")
     parser.add_argument("--proxy", nargs=2, type=int, metavar=("LISTEN", "TARGET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -487,7 +495,9 @@ def main() -> None:
             runner = asyncio.run(runner_of(app, "up__add"))
             schema = asyncio.run(output_schema(upstream_url))
             kits = targets(app, upstream_url, "up", runner)
-            samples = asyncio.run(timed(kits, args.rounds, args.seconds, schema, app.proc.pid))
+            samples = asyncio.run(
+                timed(kits, args.rounds, args.seconds, schema, app.proc.pid, tuple(args.clients))
+            )
             counted = targets(app, upstream_url, "upc", runner)
             at_import = proxy_counts(proxy_port)
             rows = asyncio.run(handshake_phase(counted, proxy_port, args.handshake_calls))

@@ -193,8 +193,12 @@ def test_the_2025_era_keeps_a_session_id_reads_sse_answers_and_deletes_the_sessi
             answer = await eg.send(
                 "POST",
                 peers["stateful"],
-                headers={"Mcp-Session-Id": old_id, "Accept": "application/json, text/event-stream"},
-                json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                headers={
+                    "Mcp-Session-Id": old_id,
+                    "Accept": "application/json, text/event-stream",
+                    "Content-Type": "application/json",
+                },
+                content=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
             )
             assert answer.status == 404
 
