@@ -14,6 +14,7 @@ import pytest
 
 from appliance.errors import UpstreamError
 from appliance.upstream.guard import EgressPolicy
+from appliance.upstream.http1 import Body, Pool
 from appliance.upstream.transport import Egress
 
 OPEN = ("127.0.0.1/32",)
@@ -148,3 +149,101 @@ def test_an_http_1_0_answer_is_not_kept_alive() -> None:
     results, server = run(Scripted(answer), calls=2)
     assert [r.body for r in results] == [b"ok"] * 2  # type: ignore[attr-defined]
     assert server.connections == 2
+
+
+async def _exchange(pool: Pool, port: int) -> bytes:
+    conn = await pool.acquire(5)
+    headers = [(b"Host", f"127.0.0.1:{port}".encode())]
+    try:
+        await conn.send("GET", b"/x", headers, b"")
+        _, _, _, framing, length = await conn.receive(b"GET")
+        body = Body(conn, framing, length, pool.release)
+    except BaseException:
+        conn.close()
+        pool.release(conn)
+        raise
+    try:
+        return b"".join([piece async for piece in body])
+    finally:
+        body.close()
+
+
+def _pool(
+    port: int, *, keep: int = 4, expiry_s: float = 3.0, max_open: int = 100, spare: list[int] | None = None
+) -> Pool:
+    return Pool(
+        address="127.0.0.1",
+        port=port,
+        tls=None,
+        sni="127.0.0.1",
+        keep=keep,
+        expiry_s=expiry_s,
+        max_open=max_open,
+        spare=[256] if spare is None else spare,
+    )
+
+
+def test_callers_beyond_the_open_limit_wait_for_a_connection_instead_of_opening_more() -> None:
+    server = Scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def main() -> list[bytes]:
+        async with asyncio.timeout(20):
+            listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+            port = listener.sockets[0].getsockname()[1]
+            pool = _pool(port, max_open=2)
+            try:
+                return await asyncio.gather(*(_exchange(pool, port) for _ in range(12)))
+            finally:
+                pool.close()
+                listener.close()
+
+    assert asyncio.run(main()) == [b"ok"] * 12
+    assert server.connections <= 2
+
+
+def test_an_idle_connection_is_closed_once_it_has_been_idle_for_the_expiry() -> None:
+    closed = asyncio.Event()
+
+    class Watching(Scripted):
+        async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await super().handle(reader, writer)
+            closed.set()  # the client closed its end
+
+    server = Watching(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def main() -> tuple[bytes, bool]:
+        async with asyncio.timeout(20):
+            listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+            port = listener.sockets[0].getsockname()[1]
+            pool = _pool(port, expiry_s=0.05)
+            try:
+                body = await _exchange(pool, port)
+                await asyncio.wait_for(closed.wait(), 10)  # bounded: the sweep runs at 0.05 s
+                return body, closed.is_set()
+            finally:
+                pool.close()
+                listener.close()
+
+    assert asyncio.run(main()) == (b"ok", True)
+
+
+def test_no_more_idle_connections_are_kept_than_the_process_wide_spare_allows() -> None:
+    server = Scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def main() -> list[int]:
+        async with asyncio.timeout(20):
+            listener = await asyncio.start_server(server.handle, "127.0.0.1", 0)
+            port = listener.sockets[0].getsockname()[1]
+            spare = [3]
+            pool = _pool(port, keep=64, spare=spare)
+            try:
+                await asyncio.gather(*(_exchange(pool, port) for _ in range(8)))
+                left = spare[0]
+                await asyncio.gather(*(_exchange(pool, port) for _ in range(8)))
+                return [left, spare[0]]
+            finally:
+                pool.close()
+                listener.close()
+
+    assert asyncio.run(main()) == [0, 0]  # three kept (no more), then taken and kept again
+    assert server.connections == 8 + 5  # the second eight: three reused, five opened anew
