@@ -35,6 +35,9 @@ class StdioFace:
         self.log_level = "debug"  # legacy era: the least severe relayed log, until logging/setLevel
         self._tasks: dict[Any, asyncio.Task[None]] = {}
         self._write_lock = asyncio.Lock()
+        # The legacy initialize being answered: requests that arrive before its answer wait
+        # for it rather than being refused (stdio is ordered, and clients do pipeline).
+        self._initializing: asyncio.Task[None] | None = None
 
     async def principal(self) -> Principal:
         async with self.rt.db.read() as conn:
@@ -66,6 +69,8 @@ class StdioFace:
         task = asyncio.create_task(self._answer(msg))
         request_id = msg.id
         self._tasks[request_id] = task
+        if msg.method == "initialize" and self.legacy_version is None:
+            self._initializing = task
 
         def forget(_: asyncio.Task[None]) -> None:
             self._tasks.pop(request_id, None)
@@ -98,6 +103,9 @@ class StdioFace:
                 if "result" in reply:
                     self.legacy_version = reply["result"]["protocolVersion"]
                 return reply
+            pending = self._initializing
+            if self.legacy_version is None and pending is not None and not pending.done():
+                await asyncio.wait({pending})  # never raises, whatever became of it
             if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
                 raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
             ctx = mcp.CallContext(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +91,44 @@ def test_a_bad_key_stops_stdio_at_start_with_a_clear_message(data_dir: Path) -> 
         env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data_dir)},
     )
     assert missing.returncode == 2 and "TOOLSPOKE_API_KEY" in missing.stderr
+
+
+def test_requests_pipelined_behind_initialize_wait_for_it_instead_of_being_refused(data_dir: Path) -> None:
+    """A client may write initialize, initialized and its first call without waiting for the
+    answer (stdio is ordered): every request is answered, none with "send initialize first"."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "pipeliner", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "list_toolkits", "arguments": {}},
+        },
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data_dir), "TOOLSPOKE_API_KEY": ADMIN_KEY},
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
+    assert set(answers) == {1, 2, 3}
+    assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
+    assert {t["name"] for t in answers[2]["result"]["tools"]} >= BRIDGE
+    assert answers[3]["result"]["isError"] is False
