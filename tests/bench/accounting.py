@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -218,13 +219,20 @@ async def full_path(
 
     per = max(1, calls // clients)
     before = server_times(app)
+    cpu_before = (process_cpu_s(app.proc.pid), time.process_time())
     started = time.perf_counter()
     await asyncio.gather(*(client(keys[i % len(keys)], per) for i in range(clients)))
     elapsed = time.perf_counter() - started
+    cpu_after = (process_cpu_s(app.proc.pid), time.process_time())
     after = server_times(app)
     n = after["count"] - before["count"]
+    made = max(1, len(latencies))
     return {
         "calls/s": len(latencies) / elapsed,
+        # CPU per call of the gateway process and of this one (the clients): on two shared
+        # cores, a heavy client caps the rate before the gateway does.
+        "gateway CPU ms/call": (cpu_after[0] - cpu_before[0]) * 1000 / made,
+        "client CPU ms/call": (cpu_after[1] - cpu_before[1]) * 1000 / made,
         "p50 ms": pct(latencies, 0.5),
         "p95 ms": pct(latencies, 0.95),
         "errors": errors,
@@ -232,6 +240,13 @@ async def full_path(
         "server mean ms": (after["call"] - before["call"]) / n * 1000,
         "upstream mean ms": (after["upstream"] - before["upstream"]) / n * 1000,
     }
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def server_times(app: Appliance) -> dict[str, float]:
@@ -254,10 +269,13 @@ def server_times(app: Appliance) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=1000)
+    modes, kinds = ["FULL", "NORMAL"], ["wire", "raw", "SDK"]
+    parser.add_argument("--synchronous", nargs="+", default=modes, choices=modes)
+    parser.add_argument("--clients", nargs="+", default=kinds, choices=kinds, help="client kinds")
     args = parser.parse_args()
     print("accounting alone (in process: limit, price, quota, credit, reserve = decide; audit + charge")
     print("group-committed until durable = ack):")
-    for synchronous in ("FULL", "NORMAL"):
+    for synchronous in args.synchronous:
         for workers in (1, 50):
             figures = asyncio.run(accounting_alone(args.calls, workers, synchronous))
             shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
@@ -275,13 +293,13 @@ def main() -> None:
         " official client):"
     )
     try:
-        for synchronous in ("FULL", "NORMAL"):
+        for synchronous in args.synchronous:
             env["TOOLSPOKE_DB_SYNCHRONOUS"] = synchronous
             with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp) / "data", env=env) as app:
                 keys = add_user_keys(app.data_dir, "bench", 50)
                 admin(app, "POST", credits_path(app, "bench"), {"amount": 10**9})
                 tool = install(app, "meter", upstream, fee=1, daily_limit=10**9)  # type: ignore[arg-type]
-                for kind in ("wire", "raw", "SDK"):
+                for kind in args.clients:
                     for clients in (1, 50):
                         figures: Any = asyncio.run(full_path(app, keys, tool, args.calls, clients, kind=kind))
                         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures.items())
