@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -54,6 +55,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from tests.support.clients import modern_tools_call
 from tests.support.peers import UPSTREAM, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
 
@@ -306,6 +308,63 @@ def auth(app: Appliance) -> dict[str, str]:
     return {"Authorization": f"Bearer {app.key}"}
 
 
+async def wire_phase(kits: dict[str, Target], rounds: int, seconds: float) -> dict[str, list[list[float]]]:
+    """One light client (the 2026-07-28 request's bytes prebuilt, the answer framed by its
+    Content-Length) per path, interleaved over ``rounds``: what the gateway adds, without the
+    SDK client's own per-call cost (1.5 ms of CPU here) sharing the two cores."""
+    out: dict[str, list[list[float]]] = {path: [] for path in PATHS}
+    for _ in range(rounds):
+        for path in PATHS:
+            target = kits[path]
+            headers, body = modern_tools_call("-", target.tool, target.arguments)
+            headers = {k: v for k, v in headers.items() if k != "Authorization"} | target.headers
+            url = urllib.parse.urlsplit(target.url)
+            payload = json.dumps(body).encode()
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            request = (
+                f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+                f"{head}Content-Length: {len(payload)}\r\n\r\n"
+            ).encode() + payload
+            reader, writer = await asyncio.open_connection(url.hostname, url.port)
+            latencies: list[float] = []
+            try:
+                stop = time.perf_counter() + seconds
+                first = True
+                while time.perf_counter() < stop:
+                    t0 = time.perf_counter()
+                    writer.write(request)
+                    answer_head = await reader.readuntil(b"\r\n\r\n")
+                    length = int(answer_head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+                    answer = json.loads(await reader.readexactly(length))
+                    if not answer_head.startswith(b"HTTP/1.1 200") or answer["result"].get("isError"):
+                        raise RuntimeError(f"{path}: {answer}")
+                    if not first:  # the first call warms the connection
+                        latencies.append(time.perf_counter() - t0)
+                    first = False
+            finally:
+                writer.close()
+            out[path].append(latencies)
+    return out
+
+
+def wire_report(rows: dict[str, list[list[float]]]) -> None:
+    print("\nLight client, 2026-07-28, one client (prebuilt request bytes on a kept-alive socket):\n")
+    print("| path | calls | p50 | p99 | overhead p50 | overhead p99 | p50 overhead per round |")
+    print("|---|---|---|---|---|---|---|")
+    direct = [x for r in rows["direct"] for x in r]
+    for path in PATHS:
+        pooled = [x for r in rows[path] for x in r]
+        per_round = ", ".join(
+            f"{pct(g, 0.5) - pct(d, 0.5):+.2f}" for d, g in zip(rows["direct"], rows[path], strict=True)
+        )
+        over = "—" if path == "direct" else f"{pct(pooled, 0.5) - pct(direct, 0.5):+.2f}"
+        over99 = "—" if path == "direct" else f"{pct(pooled, 0.99) - pct(direct, 0.99):+.2f}"
+        print(
+            f"| {path} | {len(pooled)} | {pct(pooled, 0.5):.2f} | {pct(pooled, 0.99):.2f} | {over} "
+            f"| {over99} | {'—' if path == 'direct' else per_round} |"
+        )
+
+
 def targets(app: Appliance, upstream_url: str, slug: str, runner: str) -> dict[str, Target]:
     return {
         "direct": Target("direct", upstream_url, {}, "add", ARGS),
@@ -498,11 +557,13 @@ def main() -> None:
             samples = asyncio.run(
                 timed(kits, args.rounds, args.seconds, schema, app.proc.pid, tuple(args.clients))
             )
+            wire = asyncio.run(wire_phase(kits, args.rounds, args.seconds))
             counted = targets(app, upstream_url, "upc", runner)
             at_import = proxy_counts(proxy_port)
             rows = asyncio.run(handshake_phase(counted, proxy_port, args.handshake_calls))
             total = proxy_counts(proxy_port)
     report(samples, args.rounds)
+    wire_report(wire)
     print("\nUpstream requests seen by the counting proxy in front of toolkit `upc` (handshakes =")
     print("`initialize` + `server/discover`; counted calls come from 10 concurrent SDK clients):\n")
     print(
