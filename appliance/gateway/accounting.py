@@ -259,6 +259,28 @@ async def _acknowledge(durable: asyncio.Future[Any]) -> None:
         raise StorageError("the call's audit record could not be stored") from exc
 
 
+async def replayed(
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    result: CallResult,
+    *,
+    tool: Tool | None = None,
+    runner: str | None = None,
+) -> None:
+    """The audit row of a retry answered from its idempotency key's stored result (I-3: every
+    authenticated attempt leaves one row): nothing ran and nothing was charged, so fee 0 and
+    reason ``idempotent_replay``; the outcome is the stored result's. ``tool``, when the
+    caller could name it, attributes the row to its toolkit."""
+    if principal.anonymous:
+        return
+    shown = (tool.name if tool else name)[:256]
+    attempt = Attempt(principal, shown, runner, time.time(), time.perf_counter(), tool=tool)
+    attempt.outcome = "is_error" if result.is_error else "ok"
+    attempt.reason = "idempotent_replay"
+    await _acknowledge(_record(rt, attempt))
+
+
 async def refused(
     rt: Runtime, principal: Principal, name: Any, exc: ApplianceError, *, runner: str | None = None
 ) -> None:

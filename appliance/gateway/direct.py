@@ -93,6 +93,11 @@ async def list_tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[di
     return sorted(out, key=lambda t: t["name"])
 
 
+async def tool_named(rt: Runtime, principal: Principal, kit: Toolkit, name: str) -> Tool | None:
+    """The toolkit's tool the caller calls ``name`` on ``/mcp/<slug>`` (None: none they see)."""
+    return next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
+
+
 async def input_schema(rt: Runtime, principal: Principal, kit: Toolkit, name: str) -> dict[str, Any] | None:
     """The input schema the caller sees for the toolkit's tool ``name`` (None: no such tool for
     them, so a hidden tool's headers are never checked: no oracle for its existence)."""

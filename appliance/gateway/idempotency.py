@@ -32,7 +32,7 @@ from appliance.errors import ApplianceError, IdempotencyConflict, InvalidParams
 from appliance.gateway import accounting
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import idempotency as store
-from appliance.models import CallResult, Principal
+from appliance.models import CallResult, Principal, Tool
 
 log = logging.getLogger(__name__)
 META_KEY = "toolspoke/idempotencyKey"
@@ -101,8 +101,11 @@ async def once(
     name: str,
     arguments: dict[str, Any],
     run: Callable[[], Awaitable[CallResult]],
+    identify: Callable[[], Awaitable[tuple[Tool | None, str | None]]] | None = None,
 ) -> CallResult:
-    """``run()`` at most once for (caller, key); every retry gets its stored result."""
+    """``run()`` at most once for (caller, key); every retry gets its stored result.
+
+    ``identify()`` names the tool (and runner) a replay's audit row is for."""
     scope = scope_of(principal)
     digest = request_hash(target, name, arguments)
     now = time.time()
@@ -113,7 +116,10 @@ async def once(
     async with rt.db.write() as tx:
         held = await tx.batch(lambda r: store.claim(r, scope, key, digest, now, prune_before))
     if held is not None:
-        return await _answer_retry(rt, principal, name, held, digest)
+        result = await _answer_retry(rt, principal, name, held, digest)
+        tool, runner = await identify() if identify is not None else (None, None)
+        await accounting.replayed(rt, principal, name, result, tool=tool, runner=runner)
+        return result
     try:
         result = await run()
     except ApplianceError:

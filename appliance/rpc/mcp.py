@@ -23,9 +23,9 @@ from appliance.errors import (
     MissingClientCapability,
 )
 from appliance.gateway import accounting, bridge, direct, idempotency
-from appliance.gateway.calls import call_tool
+from appliance.gateway.calls import call_tool, resolve_tool
 from appliance.gateway.runtime import Runtime
-from appliance.models import CallResult, Principal, Toolkit
+from appliance.models import CallResult, Principal, Tool, Toolkit
 from appliance.rpc import jsonrpc, modern
 from appliance.upstream.mcp_session import LOG_LEVELS, LogRelay, ProgressCallback, log_rank
 
@@ -196,13 +196,33 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
             return await bridge.call_bridge(rt, ctx.principal, name, arguments, **relays)
         return await call_tool(rt, ctx.principal, name, arguments, **relays)
 
+    async def identify() -> tuple[Tool | None, str | None]:
+        """The tool (and runner) a replayed call was for, for its audit row."""
+        if ctx.toolkit is not None:
+            return await direct.tool_named(rt, ctx.principal, ctx.toolkit, name), None
+        runner = name if name in bridge.RUNNERS else None
+        inner = arguments.get("tool") if runner else name
+        if not isinstance(inner, str) or inner in bridge.BRIDGE_NAMES:
+            return None, runner
+        try:
+            return await resolve_tool(rt, ctx.principal, inner), runner
+        except ApplianceError:
+            return None, runner  # gone since the first call: the row keeps the name
+
     try:
         if key is None or ctx.principal.anonymous:
             result = await run()
         else:
             target = "bridge" if ctx.toolkit is None else f"toolkit:{ctx.toolkit.id}"
             result = await idempotency.once(
-                rt, ctx.principal, key, target=target, name=name, arguments=arguments, run=run
+                rt,
+                ctx.principal,
+                key,
+                target=target,
+                name=name,
+                arguments=arguments,
+                run=run,
+                identify=identify,
             )
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can

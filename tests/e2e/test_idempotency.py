@@ -93,8 +93,10 @@ def text(result: Any) -> str:
 def test_five_sequential_retries_with_one_key_make_one_upstream_call_and_one_charge_and_replay_the_result(
     app: Appliance, upstream: MeteredUpstream, agents: tuple[str, str]
 ) -> None:
-    """LEDGER-05: sequential retries replay the stored result; one call, one charge."""
+    """LEDGER-05: sequential retries replay the stored result; one call, one charge; and
+    (I-3) each retry still leaves its audit row: fee 0, reason idempotent_replay."""
     before_calls, before_charges = upstream.paths["/hit"], charges(app)
+    before_rows = replay_rows(app)
 
     async def scenario() -> list[Any]:
         async with connect(as_key(app, agents[0]), mode="legacy") as client:
@@ -108,6 +110,19 @@ def test_five_sequential_retries_with_one_key_make_one_upstream_call_and_one_cha
         assert text(again) == text(first)
         assert again.meta[REPLAY] is True
     assert admin(app, "GET", credits_path(app, "ivy")).json()["balance"] == 100 - charges(app)
+    assert replay_rows(app)[len(before_rows) :] == [("idem", "idem__hit", None, "ok", 0)] * 5
+
+
+def replay_rows(app: Appliance) -> list[tuple[Any, ...]]:
+    """Audit rows of replayed retries, oldest first: toolkit, tool, runner, outcome, fee."""
+    return [
+        tuple(row)
+        for row in query(
+            app.data_dir,
+            "SELECT toolkit, tool, runner, outcome, fee_milli FROM audit_log"
+            " WHERE reason = 'idempotent_replay' ORDER BY id",
+        )
+    ]
 
 
 def test_ten_concurrent_first_attempts_with_one_key_run_the_call_exactly_once(
@@ -163,9 +178,13 @@ def test_retries_while_the_first_call_is_still_running_are_refused_in_progress_a
     assert text(after) == text(done) and after.meta[REPLAY] is True
     rows = query(
         app.data_dir,
-        "SELECT outcome, reason, count(*) FROM audit_log WHERE tool = 'idem__slow' GROUP BY 1, 2 ORDER BY 1",
+        "SELECT outcome, reason, count(*) FROM audit_log WHERE tool = 'idem__slow' GROUP BY 1, 2 ORDER BY 1, 2",
     )
-    assert rows == [("blocked", "idempotency_in_progress", 10), ("ok", None, 1)]
+    assert rows == [
+        ("blocked", "idempotency_in_progress", 10),
+        ("ok", None, 1),
+        ("ok", "idempotent_replay", 1),
+    ]
 
 
 def test_an_iserror_result_is_stored_and_replayed_without_calling_again(
@@ -225,8 +244,10 @@ def test_another_agent_using_the_same_key_runs_its_own_call_and_never_sees_the_f
 def test_bridge_runners_and_a_toolkits_own_endpoint_honour_the_key_too(
     app: Appliance, upstream: MeteredUpstream, agents: tuple[str, str]
 ) -> None:
-    """LEDGER-05 on every face: use_tool through /mcp, and the tool's own name on /mcp/<slug>."""
+    """LEDGER-05 on every face: use_tool through /mcp, and the tool's own name on /mcp/<slug>;
+    replays are audited under the underlying tool and its toolkit, the runner beside it."""
     before = upstream.paths["/hit"]
+    before_rows = replay_rows(app)
 
     async def scenario() -> list[Any]:
         out = []
@@ -241,6 +262,8 @@ def test_bridge_runners_and_a_toolkits_own_endpoint_honour_the_key_too(
     results = run(scenario())
     assert upstream.paths["/hit"] - before == 2
     assert [REPLAY in (r.meta or {}) for r in results] == [False, True, True, False, True, True]
+    runner_row, own_row = ("idem", "idem__hit", "use_tool", "ok", 0), ("idem", "idem__hit", None, "ok", 0)
+    assert replay_rows(app)[len(before_rows) :] == [runner_row] * 2 + [own_row] * 2
 
 
 def test_a_malformed_key_is_refused_naming_the_field_and_audited(
