@@ -144,8 +144,7 @@ async def measure(size: int) -> dict[str, float]:
 async def main(sizes: list[int]) -> None:
     # Wall times on a shared machine swing with its load; CPU time per search (all threads of
     # this process) is the steadier figure when other work competes for the cores.
-    threads = os.environ.get("OPENBLAS_NUM_THREADS", "(unset)")
-    print(f"OPENBLAS_NUM_THREADS={threads}, load average {os.getloadavg()[0]:.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f}")
     print(
         f"| tools | queries | hybrid search p50 ms (median of {ROUNDS} rounds) | p95 ms | CPU ms per search "
         "p50 / p95 | query embedding p50 / p95 ms | nearest neighbours p50 / p95 ms (top-10 agreement "

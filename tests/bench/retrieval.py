@@ -29,14 +29,7 @@ RANKINGS = ("lexical", "semantic", "hybrid")
 
 
 def toolspoke(data: str, *args: str) -> str:
-    # One BLAS thread: the matrix-vector product is small, and a second thread fights
-    # onnxruntime's for the two cores (EMBEDDERS.md finding 7).
-    env = {
-        **os.environ,
-        "TOOLSPOKE_DATA_DIR": data,
-        "TOOLSPOKE_EMBEDDINGS": "local",
-        "OPENBLAS_NUM_THREADS": "1",
-    }
+    env = {**os.environ, "TOOLSPOKE_DATA_DIR": data, "TOOLSPOKE_EMBEDDINGS": "local"}
     done = subprocess.run(
         [sys.executable, "-m", "appliance", *args],
         capture_output=True,

@@ -54,3 +54,25 @@ def test_both_paths_keep_to_the_toolkits_the_caller_may_see() -> None:
         assert len(found) == 20
         assert all(kits[t - 1] == 1 for t, _ in found)
         assert vectors.nearest(m, data[0], k=20, toolkit_ids=set()) == []
+
+
+def test_the_sketch_distance_counts_every_differing_sign_bit_whatever_the_dimension() -> None:
+    for dim in (384, 100, 7):  # 100 and 7 bits leave the last 64-bit word partly padded
+        data = clustered(300, dim=dim, clusters=20)
+        sketched = vectors.with_sketch(matrix(data))
+        assert sketched.sketch is not None and sketched.center is not None
+        query = data[5]
+        signs = data > sketched.center
+        want = (signs != (query > sketched.center)).sum(axis=1)
+        got = vectors._hamming(sketched.sketch, vectors._sign_words(query > sketched.center)[0])
+        assert got.tolist() == want.tolist()
+
+
+def test_a_toolkit_filter_that_admits_every_toolkit_ranks_as_no_filter_does() -> None:
+    data = clustered(2_000)
+    kits = np.arange(data.shape[0], dtype=np.int64) % 4
+    m = matrix(data, kits)
+    unfiltered = vectors.nearest(m, data[9], k=30)
+    assert vectors.nearest(m, data[9], k=30, toolkit_ids={0, 1, 2, 3, 99}) == unfiltered
+    narrowed = vectors.nearest(m, data[9], k=30, toolkit_ids={0, 1, 2})
+    assert all(kits[t - 1] != 3 for t, _ in narrowed) and len(narrowed) == 30
