@@ -177,7 +177,9 @@ class Connection:
                 te += [v.strip().lower() for v in value.split(b",")]
             elif lower == b"content-length":
                 lengths.update(v.strip() for v in value.split(b","))
-        if method == b"HEAD" or status in _NO_BODY_STATUS or status == 101:
+        if status == 101:
+            framing, close = "none", True  # another protocol from here on: never reused
+        elif method == b"HEAD" or status in _NO_BODY_STATUS:
             framing = "none"
         elif te:
             # RFC 9112 6.3: chunked last frames the body; otherwise it runs to the close.
