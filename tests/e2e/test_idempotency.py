@@ -178,7 +178,8 @@ def test_retries_while_the_first_call_is_still_running_are_refused_in_progress_a
     assert text(after) == text(done) and after.meta[REPLAY] is True
     rows = query(
         app.data_dir,
-        "SELECT outcome, reason, count(*) FROM audit_log WHERE tool = 'idem__slow' GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT outcome, reason, count(*) FROM audit_log WHERE tool = 'idem__slow'"
+        " GROUP BY 1, 2 ORDER BY 1, 2",
     )
     assert rows == [
         ("blocked", "idempotency_in_progress", 10),
