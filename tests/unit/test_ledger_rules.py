@@ -50,6 +50,15 @@ def test_a_second_before_and_at_utc_midnight_fall_in_different_days_in_any_serve
     assert windows.month(utc("2026-11-29T23:59:59")).key == windows.month(utc("2026-11-30T00:00:00")).key
 
 
+def test_the_remembered_window_never_answers_for_an_instant_outside_it() -> None:
+    """The last window is reused while calls fall inside it; before or after it, a fresh one."""
+    stamps = ["2026-11-30T12:00:00", "2026-11-30T23:59:59", "2026-12-01T00:00:00", "2026-11-29T08:00:00"]
+    days = [windows.day(utc(s)).key for s in stamps]
+    months = [windows.month(utc(s)).key for s in stamps]
+    assert days == ["d:2026-11-30", "d:2026-11-30", "d:2026-12-01", "d:2026-11-29"]
+    assert months == ["m:2026-11", "m:2026-11", "m:2026-12", "m:2026-11"]
+
+
 def test_the_last_second_of_a_month_and_the_first_of_the_next_fall_in_different_months(zone: str) -> None:
     """LEDGER-02: quota months are UTC months."""
     for last, first in (
