@@ -207,6 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Largest request body the HTTP server accepts, in bytes (413 above).",
     ),
     Setting(
+        "shutdown_grace_s",
+        "TOOLSPOKE_SHUTDOWN_GRACE_S",
+        15.0,
+        _positive(float),
+        "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are "
+        "refused at once); calls still running then are cut off, audited `interrupted`.",
+    ),
+    Setting(
         "import_max_bytes",
         "TOOLSPOKE_IMPORT_MAX_BYTES",
         32 * 1024 * 1024,
@@ -518,6 +526,7 @@ class Settings:
     upstream_timeout_s: float
     upstream_max_bytes: int
     max_request_bytes: int
+    shutdown_grace_s: float
     import_max_bytes: int
     search_default_limit: int
     search_max_limit: int
