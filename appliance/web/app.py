@@ -63,7 +63,9 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.NOISY_EXCEPTIONS = False
     app.ctx.settings = settings
-    app.ctx.sessions = SessionStore(settings.session_ttl_s, settings.max_sessions)
+    app.ctx.sessions = SessionStore(
+        settings.session_ttl_s, settings.max_sessions, per_key=settings.max_sessions_per_key
+    )
     app.ctx.demo_notes = demo.NoteStore()
     app.blueprint(mcp.bp)
     app.blueprint(admin.bp)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,11 @@ class TooManyInFlight(InvalidRequest):
 
 class TooManyStreams(ApplianceError):
     http_status = 503
+    reason = "too_many_streams"
+
+
+class TooManyKeyStreams(ApplianceError):
+    http_status = 429
     reason = "too_many_streams"
 
 
@@ -159,9 +165,11 @@ def _event(reply: dict[str, Any], msg: jsonrpc.Message) -> bytes:
 class Hub:
     """The open streams of one app, and the means to end them all at shutdown."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_key: int = 0) -> None:
         self.limit = limit
+        self.per_key = per_key  # 0: no cap per key (RATE-05)
         self.streams: dict[str, Stream] = {}
+        self.held: Counter[str] = Counter()  # open streams per key prefix
         self.stopping = False
         self._empty = asyncio.Event()
         self._empty.set()
@@ -170,6 +178,7 @@ class Hub:
         # 32 random bytes: the id is the capability to post, so it must be unguessable.
         stream = Stream(secrets.token_urlsafe(32), key_prefix, slug, project)
         self.streams[stream.id] = stream
+        self.held[key_prefix] += 1
         self._empty.clear()
         return stream
 
@@ -182,7 +191,10 @@ class Hub:
 
     def discard(self, stream: Stream) -> None:
         stream.close()
-        self.streams.pop(stream.id, None)
+        if self.streams.pop(stream.id, None) is not None:
+            self.held[stream.key_prefix] -= 1
+            if not self.held[stream.key_prefix]:
+                del self.held[stream.key_prefix]
         if not self.streams:
             self._empty.set()
 
@@ -207,7 +219,8 @@ def _hub(app: Sanic) -> Hub:
 
 @bp.before_server_start
 async def _start(app: Sanic) -> None:
-    app.ctx.sse_hub = Hub(app.ctx.settings.max_sessions)
+    settings = app.ctx.settings
+    app.ctx.sse_hub = Hub(settings.max_sessions, settings.max_streams_per_key)
 
 
 @bp.before_server_stop
@@ -237,6 +250,12 @@ async def open_stream(
         await _toolkit(request, principal, slug, project)  # an unknown toolkit is 404 now, not a dead stream
         if hub.stopping or len(hub.streams) >= hub.limit:
             raise TooManyStreams("too many open SSE streams; try again later")
+        if hub.per_key and hub.held[principal.key_prefix] >= hub.per_key:
+            # One key's streams must not use up everyone's (RATE-05).
+            raise TooManyKeyStreams(
+                f"this key already holds {hub.per_key} open SSE streams (TOOLSPOKE_MAX_STREAMS_PER_KEY); "
+                "close one first"
+            )
     except ApplianceError as exc:
         return error_response(exc)
     stream = hub.open(principal.key_prefix, slug, project)
