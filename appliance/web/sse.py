@@ -184,8 +184,14 @@ class Hub:
 
     def find(self, stream_id: str, key_prefix: str) -> Stream | None:
         stream = self.streams.get(stream_id)
-        # Another key's stream answers exactly like an unknown one: no oracle for ids.
-        if stream is None or stream.closing or not secrets.compare_digest(stream.key_prefix, key_prefix):
+        # Another key's stream answers exactly like an unknown one: no oracle for ids. Once the
+        # server is stopping, no stream takes new requests.
+        if (
+            stream is None
+            or stream.closing
+            or self.stopping
+            or not secrets.compare_digest(stream.key_prefix, key_prefix)
+        ):
             return None
         return stream
 
@@ -199,14 +205,18 @@ class Hub:
             self._empty.set()
 
     async def shutdown(self) -> None:
-        """End every stream cleanly, before the runtime their requests use closes."""
-        self.stopping = True
+        """End every stream cleanly, before the runtime their requests use closes.
+
+        Requests already running get ``SHUTDOWN_GRACE_S`` to answer on their stream (CRASH-07);
+        what still runs then is cancelled (audited ``interrupted`` if it was a tool call).
+        """
+        self.stopping = True  # no new requests: find() knows no stream any more
         streams = list(self.streams.values())
         tasks = [task for stream in streams for task in stream.tasks.values()]
-        for stream in streams:
-            stream.close()
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+        for stream in streams:
+            stream.close()
         # A writer blocked on a client that does not read is left to Sanic's graceful close.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._empty.wait(), SHUTDOWN_GRACE_S)
@@ -267,7 +277,9 @@ async def open_stream(
         # A relative URL: the client resolves it against the stream's own origin.
         await sse.send(f"event: endpoint\ndata: /messages?session_id={stream.id}\n\n".encode())
         keepalive = min(KEEPALIVE_S, float(request.app.config.RESPONSE_TIMEOUT) / 4)
-        while not stream.closing:
+        # Once closing, what is already in the outbox (replies of requests that finished
+        # during a shutdown) is still written before the stream ends.
+        while not stream.closing or not stream.outbox.empty():
             try:
                 event = await asyncio.wait_for(stream.outbox.get(), keepalive)
             except TimeoutError:

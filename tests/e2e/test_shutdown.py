@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from tests.e2e.test_legacy_sse import INIT as SSE_INIT
+from tests.e2e.test_legacy_sse import stream as sse_stream
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install, query
 from tests.support.clients import modern_tools_call
 from tests.support.load import PaidLoad
@@ -216,3 +218,36 @@ def test_a_call_still_running_when_the_grace_period_ends_is_cut_off_audited_and_
     ]
     assert query(data, "SELECT count(*) FROM ledger_entries WHERE kind = 'charge'") == [(1,)]
     assert query(data, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_legacy_sse_call_in_flight_at_sigterm_still_gets_its_reply_on_the_stream(tmp_path: Path) -> None:
+    """CRASH-07: a tools/call running on a legacy SSE stream when SIGTERM arrives is answered
+    on its stream (within the grace period) before the stream ends; exit 0."""
+    data = tmp_path / "data"
+    upstream = MeteredUpstream()
+    try:
+        with running_appliance(data, env=ENV) as app:
+            install(app, "meter", upstream, fee=1)
+            headers = {"Authorization": f"Bearer {app.key}"}
+            with (
+                httpx.Client(base_url=app.base_url, headers=headers, timeout=httpx.Timeout(30, read=20)) as h,
+                sse_stream(h) as (endpoint, events),
+            ):
+                h.post(endpoint, json=SSE_INIT)
+                assert events.message()["id"] == 1
+                call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "meter__slow"}}
+                assert h.post(endpoint, json=call).status_code == 202
+                assert upstream.arrived.wait(30)
+                app.proc.send_signal(signal.SIGTERM)
+                deadline = time.monotonic() + 10
+                while not _refused(app):
+                    assert time.monotonic() < deadline, "new connections were still accepted after SIGTERM"
+                upstream.release.set()
+                reply = events.message()
+                assert reply["id"] == 2 and reply["result"]["isError"] is False, reply
+                with pytest.raises(AssertionError, match="stream ended"):
+                    events.next()
+            assert app.proc.wait(timeout=30) == 0
+    finally:
+        upstream.close()
+    assert query(data, "SELECT outcome FROM audit_log WHERE toolkit = 'meter'") == [("ok",)]
