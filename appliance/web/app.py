@@ -21,6 +21,7 @@ from appliance.rpc.sessions import SessionStore
 from appliance.web import (
     admin,
     admin_access,
+    admin_backup,
     admin_credentials,
     admin_ledger,
     admin_openapi,
@@ -74,6 +75,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_openapi.bp)
     app.blueprint(admin_credentials.bp)
     app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
+    app.blueprint(admin_backup.bp)  # GET /api/v1/backup
     app.blueprint(metrics.bp)  # /metrics, /healthz, /readyz
     if settings.demo:
         app.blueprint(demo.bp)

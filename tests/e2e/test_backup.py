@@ -229,3 +229,29 @@ def test_the_wal_stays_bounded_under_sustained_paid_calls_and_a_reader_paging_th
         assert biggest < 16 * 1024 * 1024
     finally:
         upstream.close()
+
+
+def test_an_admin_downloads_a_consistent_copy_through_the_api_and_nobody_else_can(tmp_path: Path) -> None:
+    """CRASH-06: GET /api/v1/backup streams the same checked copy; other keys are refused; no
+    temporary file stays in the data directory."""
+    data = tmp_path / "data"
+    with running_appliance(data, env=ENV) as app:
+        (user_key,) = add_user_keys(data, "someone", 1)
+        assert admin(app, "POST", credits_path(app, "someone"), {"amount": 42}).status_code == 201
+        refused = httpx.get(app.base_url + "/api/v1/backup", headers={"Authorization": f"Bearer {user_key}"})
+        assert refused.status_code == 403
+        assert httpx.get(app.base_url + "/api/v1/backup").status_code == 401
+        got = admin(app, "GET", "/backup")
+        assert got.status_code == 200, got.text
+        assert got.headers["content-type"] == "application/vnd.sqlite3"
+        assert got.headers["content-disposition"].startswith('attachment; filename="toolspoke-')
+        assert not [p.name for p in data.iterdir() if p.name.startswith(".download-")]
+    copy = tmp_path / "downloaded.db"
+    copy.write_bytes(got.content)
+    with closing(sqlite3.connect(copy)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        balance = db.execute(
+            "SELECT sum(amount_milli) FROM ledger_entries e JOIN users u ON u.id = e.user_id"
+            " WHERE u.name = 'someone'"
+        ).fetchall()
+    assert balance == [(42_000,)]
