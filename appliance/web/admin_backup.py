@@ -1,8 +1,9 @@
 """``GET /api/v1/backup``: the live database's consistent copy, downloaded (admins; CRASH-06).
 
 The same copy as ``toolspoke backup`` (``db/backup.py``: ``VACUUM INTO``, checked), written
-to a 0600 file in the data directory, streamed, and removed. One at a time: a second request
-waits for the first copy, so a script in a loop cannot fill the disk with copies.
+to a 0600 file in the data directory, opened, removed (so no name is left behind even if the
+client goes away), and streamed from the open file. Copies are made one at a time: a second
+request waits for the first copy to be made.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ async def download(request: Request) -> HTTPResponse | None:
     except ApplianceError as exc:
         return error_response(exc)
     try:
+        f = copy.open("rb")
+    finally:
+        copy.unlink(missing_ok=True)  # the open file stays readable; no name is left behind
+    with f:
         name = time.strftime("toolspoke-%Y%m%dT%H%M%SZ.db", time.gmtime())
         sent = await request.respond(
             content_type=MEDIA_TYPE,
@@ -45,12 +50,9 @@ async def download(request: Request) -> HTTPResponse | None:
                 "Cache-Control": "no-store",
             },
         )
-        with copy.open("rb") as f:
-            while chunk := await asyncio.to_thread(f.read, CHUNK):
-                await sent.send(chunk)
+        while chunk := await asyncio.to_thread(f.read, CHUNK):
+            await sent.send(chunk)
         await sent.eof()
-    finally:
-        copy.unlink(missing_ok=True)
     return None
 
 
