@@ -207,6 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Largest request body the HTTP server accepts, in bytes (413 above).",
     ),
     Setting(
+        "shutdown_grace_s",
+        "TOOLSPOKE_SHUTDOWN_GRACE_S",
+        15.0,
+        _positive(float),
+        "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are "
+        "refused at once); calls still running then are cut off, audited `interrupted`.",
+    ),
+    Setting(
         "import_max_bytes",
         "TOOLSPOKE_IMPORT_MAX_BYTES",
         32 * 1024 * 1024,
@@ -317,6 +325,22 @@ SETTINGS: tuple[Setting, ...] = (
         10000,
         _positive(int),
         "Most legacy MCP sessions held at once; the least recently used is dropped beyond it.",
+    ),
+    Setting(
+        "max_sessions_per_key",
+        "TOOLSPOKE_MAX_SESSIONS_PER_KEY",
+        100,
+        _positive(int),
+        "Most legacy MCP sessions one API key may hold; a new one drops that key's least "
+        "recently used session, never another key's.",
+    ),
+    Setting(
+        "max_streams_per_key",
+        "TOOLSPOKE_MAX_STREAMS_PER_KEY",
+        16,
+        _positive(int),
+        "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is "
+        "refused with 429 `too_many_streams`.",
     ),
     Setting(
         "stdio_allowed_commands",
@@ -437,8 +461,9 @@ SETTINGS: tuple[Setting, ...] = (
         "TOOLSPOKE_BROWSE_RATE_LIMIT",
         600,
         _positive(int),
-        "search_tools, list_toolkits, describe_tools and read_guide calls one identity may make "
-        "per window: free and unaudited, but limited so nobody can flood the gateway.",
+        "search_tools, list_toolkits, describe_tools and read_guide calls, and the MCP methods "
+        "`tools/list`, `initialize`, `ping`, `server/discover` and `logging/setLevel`, one "
+        "identity may make per window: free and unaudited, but limited so nobody can flood the gateway.",
     ),
     Setting(
         "audit_retention_days",
@@ -518,6 +543,7 @@ class Settings:
     upstream_timeout_s: float
     upstream_max_bytes: int
     max_request_bytes: int
+    shutdown_grace_s: float
     import_max_bytes: int
     search_default_limit: int
     search_max_limit: int
@@ -533,6 +559,8 @@ class Settings:
     search_log_queries: bool
     session_ttl_s: float
     max_sessions: int
+    max_sessions_per_key: int
+    max_streams_per_key: int
     stdio_allowed_commands: tuple[str, ...]
     stdio_inherit_env: tuple[str, ...]
     stdio_idle_s: float

@@ -269,9 +269,16 @@ def _refuse_undeclared(ctx: CallContext, result: CallResult) -> CallResult:
     )
 
 
+# Cheap but floodable: counted under the browse limit with search (RELIABILITY RATE-05).
+# Callers without a key (a published toolkit's endpoint) share no identity to count by.
+BROWSE_METHODS = frozenset({"tools/list", "initialize", "ping", "server/discover", "logging/setLevel"})
+
+
 async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
     """The result object for one request (raises ApplianceError for protocol errors)."""
     method, params = msg.method, msg.params
+    if method in BROWSE_METHODS and not ctx.principal.anonymous:
+        accounting.limit(rt, ctx.principal, browse=True)
     if method == "tools/list":
         cursor = params.get("cursor")
         if cursor is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,11 +43,22 @@ class Session:
 
 
 class SessionStore:
-    def __init__(self, ttl_s: float, max_sessions: int, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        ttl_s: float,
+        max_sessions: int,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        per_key: int = 0,
+    ):
         self._ttl = ttl_s
         self._max = max_sessions
+        # One key's flood of initialize must not push out everyone else's sessions (RATE-05):
+        # beyond ``per_key`` (0: no cap), a key's own least recently used session goes.
+        self._per_key = per_key
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._held: Counter[str] = Counter()  # sessions per key prefix
 
     def create(
         self, key_prefix: str, protocol_version: str, client_info: dict[str, Any], scope: str = ""
@@ -62,9 +73,13 @@ class SessionStore:
             scope,
             last_seen=self._clock(),
         )
+        if self._per_key and self._held[key_prefix] >= self._per_key:
+            oldest = next(sid for sid, held in self._sessions.items() if held.key_prefix == key_prefix)
+            self._drop(oldest)
         self._sessions[session.id] = session
+        self._held[key_prefix] += 1
         while len(self._sessions) > self._max:
-            self._sessions.popitem(last=False)
+            self._drop(next(iter(self._sessions)))
         return session
 
     def get(self, session_id: str, key_prefix: str, scope: str = "") -> Session | None:
@@ -74,7 +89,7 @@ class SessionStore:
             return None
         now = self._clock()
         if now - session.last_seen > self._ttl:
-            del self._sessions[session_id]
+            self._drop(session_id)
             return None
         session.last_seen = now
         self._sessions.move_to_end(session_id)
@@ -83,8 +98,14 @@ class SessionStore:
     def delete(self, session_id: str, key_prefix: str, scope: str = "") -> bool:
         if self.get(session_id, key_prefix, scope) is None:
             return False
-        del self._sessions[session_id]
+        self._drop(session_id)
         return True
+
+    def _drop(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id)
+        self._held[session.key_prefix] -= 1
+        if not self._held[session.key_prefix]:
+            del self._held[session.key_prefix]
 
     def _expire(self) -> None:
         now = self._clock()
@@ -92,7 +113,7 @@ class SessionStore:
             oldest = next(iter(self._sessions.values()))
             if now - oldest.last_seen <= self._ttl:
                 break
-            self._sessions.popitem(last=False)
+            self._drop(oldest.id)
 
     def __len__(self) -> int:
         return len(self._sessions)

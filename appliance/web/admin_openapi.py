@@ -379,6 +379,21 @@ PATHS: dict[str, dict[str, Any]] = {
         "parameters": [_SLUG_P],
         "post": _op("Probe a toolkit's upstream now (admin)", {"type": "object"}, params=[_PROJECT_Q]),
     },
+    "/api/v1/backup": {
+        "get": {
+            "summary": "A consistent copy of the live database, as a file (admin); it holds the sealed "
+            "vault, never the master key",
+            "responses": {
+                "200": {
+                    "description": "The SQLite database file",
+                    "content": {
+                        "application/vnd.sqlite3": {"schema": {"type": "string", "format": "binary"}}
+                    },
+                },
+                "default": {"description": "An error", "content": _json(_ERROR)},
+            },
+        },
+    },
     "/api/v1/health/toolkits": {
         "get": _op("Every toolkit's health (admin)", {"type": "object"}, params=[_PROJECT_Q]),
     },

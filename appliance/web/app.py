@@ -21,6 +21,7 @@ from appliance.rpc.sessions import SessionStore
 from appliance.web import (
     admin,
     admin_access,
+    admin_backup,
     admin_credentials,
     admin_ledger,
     admin_openapi,
@@ -29,6 +30,7 @@ from appliance.web import (
     demo,
     mcp,
     metrics,
+    shutdown,
     sse,
 )
 from appliance.web.log_queue import LogQueue
@@ -58,10 +60,13 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.config.REQUEST_MAX_SIZE = settings.max_request_bytes
     app.config.REQUEST_TIMEOUT = 30
     app.config.RESPONSE_TIMEOUT = max(60, int(settings.upstream_timeout_s) + 15)
+    app.config.GRACEFUL_SHUTDOWN_TIMEOUT = settings.shutdown_grace_s
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.NOISY_EXCEPTIONS = False
     app.ctx.settings = settings
-    app.ctx.sessions = SessionStore(settings.session_ttl_s, settings.max_sessions)
+    app.ctx.sessions = SessionStore(
+        settings.session_ttl_s, settings.max_sessions, per_key=settings.max_sessions_per_key
+    )
     app.ctx.demo_notes = demo.NoteStore()
     app.blueprint(mcp.bp)
     app.blueprint(admin.bp)
@@ -70,6 +75,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_openapi.bp)
     app.blueprint(admin_credentials.bp)
     app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
+    app.blueprint(admin_backup.bp)  # GET /api/v1/backup
     app.blueprint(metrics.bp)  # /metrics, /healthz, /readyz
     if settings.demo:
         app.blueprint(demo.bp)
@@ -116,15 +122,17 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         # One parseable line on stdout: tests and scripts wait for it.
         print(f"toolspoke {__version__} serving MCP on {rt.self_base_url}/mcp", flush=True)
 
-    @app.before_server_stop
+    @app.after_server_stop
+    async def flush_logs(app: Sanic) -> None:
+        logs.stop()
+
+    # After the server stopped (registered after flush_logs: stop listeners run in reverse
+    # order), so calls still in flight at SIGTERM finish on an open runtime (web/shutdown.py).
+    @app.after_server_stop
     async def close_runtime(app: Sanic) -> None:
         rt = getattr(app.ctx, "rt", None)
         if rt is not None:
             await rt.close()
-
-    @app.after_server_stop
-    async def flush_logs(app: Sanic) -> None:
-        logs.stop()
 
     # health probes (issue 3 item 7): routes, and the probe task, started once the server
     # serves; registered after close_runtime so that (stop listeners run in reverse order)
@@ -174,6 +182,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     # Re-sync routes and scheduler; registered after close_runtime so that, stop listeners
     # running in reverse order, the scheduler stops before the runtime closes.
     admin_sync.install(app)
+    shutdown.install(app)  # last, so it is the first stop listener: stop taking work
     return app
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,11 @@ class TooManyInFlight(InvalidRequest):
 
 class TooManyStreams(ApplianceError):
     http_status = 503
+    reason = "too_many_streams"
+
+
+class TooManyKeyStreams(ApplianceError):
+    http_status = 429
     reason = "too_many_streams"
 
 
@@ -159,9 +165,11 @@ def _event(reply: dict[str, Any], msg: jsonrpc.Message) -> bytes:
 class Hub:
     """The open streams of one app, and the means to end them all at shutdown."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, per_key: int = 0) -> None:
         self.limit = limit
+        self.per_key = per_key  # 0: no cap per key (RATE-05)
         self.streams: dict[str, Stream] = {}
+        self.held: Counter[str] = Counter()  # open streams per key prefix
         self.stopping = False
         self._empty = asyncio.Event()
         self._empty.set()
@@ -170,31 +178,45 @@ class Hub:
         # 32 random bytes: the id is the capability to post, so it must be unguessable.
         stream = Stream(secrets.token_urlsafe(32), key_prefix, slug, project)
         self.streams[stream.id] = stream
+        self.held[key_prefix] += 1
         self._empty.clear()
         return stream
 
     def find(self, stream_id: str, key_prefix: str) -> Stream | None:
         stream = self.streams.get(stream_id)
-        # Another key's stream answers exactly like an unknown one: no oracle for ids.
-        if stream is None or stream.closing or not secrets.compare_digest(stream.key_prefix, key_prefix):
+        # Another key's stream answers exactly like an unknown one: no oracle for ids. Once the
+        # server is stopping, no stream takes new requests.
+        if (
+            stream is None
+            or stream.closing
+            or self.stopping
+            or not secrets.compare_digest(stream.key_prefix, key_prefix)
+        ):
             return None
         return stream
 
     def discard(self, stream: Stream) -> None:
         stream.close()
-        self.streams.pop(stream.id, None)
+        if self.streams.pop(stream.id, None) is not None:
+            self.held[stream.key_prefix] -= 1
+            if not self.held[stream.key_prefix]:
+                del self.held[stream.key_prefix]
         if not self.streams:
             self._empty.set()
 
     async def shutdown(self) -> None:
-        """End every stream cleanly, before the runtime their requests use closes."""
-        self.stopping = True
+        """End every stream cleanly, before the runtime their requests use closes.
+
+        Requests already running get ``SHUTDOWN_GRACE_S`` to answer on their stream (CRASH-07);
+        what still runs then is cancelled (audited ``interrupted`` if it was a tool call).
+        """
+        self.stopping = True  # no new requests: find() knows no stream any more
         streams = list(self.streams.values())
         tasks = [task for stream in streams for task in stream.tasks.values()]
-        for stream in streams:
-            stream.close()
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+        for stream in streams:
+            stream.close()
         # A writer blocked on a client that does not read is left to Sanic's graceful close.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._empty.wait(), SHUTDOWN_GRACE_S)
@@ -207,7 +229,8 @@ def _hub(app: Sanic) -> Hub:
 
 @bp.before_server_start
 async def _start(app: Sanic) -> None:
-    app.ctx.sse_hub = Hub(app.ctx.settings.max_sessions)
+    settings = app.ctx.settings
+    app.ctx.sse_hub = Hub(settings.max_sessions, settings.max_streams_per_key)
 
 
 @bp.before_server_stop
@@ -237,6 +260,12 @@ async def open_stream(
         await _toolkit(request, principal, slug, project)  # an unknown toolkit is 404 now, not a dead stream
         if hub.stopping or len(hub.streams) >= hub.limit:
             raise TooManyStreams("too many open SSE streams; try again later")
+        if hub.per_key and hub.held[principal.key_prefix] >= hub.per_key:
+            # One key's streams must not use up everyone's (RATE-05).
+            raise TooManyKeyStreams(
+                f"this key already holds {hub.per_key} open SSE streams (TOOLSPOKE_MAX_STREAMS_PER_KEY); "
+                "close one first"
+            )
     except ApplianceError as exc:
         return error_response(exc)
     stream = hub.open(principal.key_prefix, slug, project)
@@ -248,7 +277,9 @@ async def open_stream(
         # A relative URL: the client resolves it against the stream's own origin.
         await sse.send(f"event: endpoint\ndata: /messages?session_id={stream.id}\n\n".encode())
         keepalive = min(KEEPALIVE_S, float(request.app.config.RESPONSE_TIMEOUT) / 4)
-        while not stream.closing:
+        # Once closing, what is already in the outbox (replies of requests that finished
+        # during a shutdown) is still written before the stream ends.
+        while not stream.closing or not stream.outbox.empty():
             try:
                 event = await asyncio.wait_for(stream.outbox.get(), keepalive)
             except TimeoutError:

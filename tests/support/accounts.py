@@ -90,6 +90,7 @@ class MeteredUpstream:
         self.count = 0
         self.failed = 0
         self.paths: Counter[str] = Counter()
+        self.authorizations: Counter[str] = Counter()  # Authorization headers seen
         self.release = threading.Event()
         self.arrived = threading.Event()  # set when a /slow request is being held
         self.lock = threading.Lock()
@@ -109,6 +110,7 @@ class MeteredUpstream:
                 with outer.lock:
                     outer.count += 1
                     outer.paths[path] += 1
+                    outer.authorizations[self.headers.get("Authorization", "")] += 1
                     n = outer.count
                     fail = bool(fail_every) and n % fail_every == 0
                     outer.failed += fail

@@ -3,11 +3,16 @@
 After answering ``freeze`` it keeps running and reading its input but answers nothing
 more, not even ``ping``: the hung child the health probes must notice. A fresh process
 answers again. Stdlib only, so the test needs nothing installed.
+
+``--ignore-sigterm``: SIGTERM does nothing (only SIGKILL stops it). ``--grandchild``: it
+starts a ``sleep`` of its own that outlives it unless its process group is killed.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 
 TOOLS = [
@@ -45,6 +50,10 @@ def answer(message: dict[str, object]) -> dict[str, object] | None:
 
 
 def main() -> None:
+    if "--ignore-sigterm" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "--grandchild" in sys.argv:
+        subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     frozen = False
     for line in sys.stdin:
         message = json.loads(line)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -110,6 +111,82 @@ def test_fifty_concurrent_calls_against_a_ceiling_of_ten_reserve_exactly_ten_whi
             assert (total["n"], total["m"]) == (10, 10_000)
 
     run(scenario())
+
+
+def test_a_hundred_jittered_runs_of_fifty_calls_from_three_payers_each_admit_exactly_ten(
+    tmp_path: Path,
+) -> None:
+    """LEDGER-01, 100 times: 50 concurrent reservations from 3 payers against a ceiling of 10,
+    released together, with random jitter before the check and while in flight; 100 runs,
+    each on a fresh toolkit, each exact: 10 charged, 40 refused with the window, 50 audit
+    rows, Σ charges = 10 fees, no balance below zero."""
+    rng = random.Random(601)
+    runs, calls, ceiling, fee = 100, 50, 10, 700
+
+    async def scenario() -> None:
+        db = Database(tmp_path / "t.db", synchronous="NORMAL")  # durability is not the question
+        await db.open(default_migrations_dir())
+        async with db.write() as tx:
+            for n in range(runs):
+                await tx.run(
+                    "INSERT INTO toolkits (id, project_id, slug, source_kind) VALUES (?, 1, ?, 'openapi')",
+                    (n + 1, f"kit{n}"),
+                )
+            for payer in range(3):
+                await tx.run("INSERT INTO users (id, name) VALUES (?, ?)", (payer + 1, f"payer{payer}"))
+        book = Book(db, default_fee=1000)
+        try:
+            for payer in (1, 2, 3):
+                await book.admin(lambda r, p=payer: store.insert_grant(r, 0.0, p, 10_000_000, "t", ""))
+            for n in range(runs):
+                kit = n + 1
+                await book.admin(lambda r, k=kit: store.upsert_price(r, 0.0, k, fee, ceiling, 0, "calls"))
+                gate = asyncio.Event()
+
+                async def call(i: int, kit: int = kit, gate: asyncio.Event = gate) -> str:
+                    payer = 1 + i % 3
+                    name = f"kit{kit - 1}"
+                    audit = AuditRow(0.0, payer, f"payer{payer - 1}", None, None, "tsk_x", kit, name,
+                                     "default", "a", None, "ok", None, 1.0, 10, 0, False)  # fmt: skip
+                    await gate.wait()
+                    for _ in range(rng.randint(0, 6)):  # jitter: other calls get ahead of this one
+                        await asyncio.sleep(0)
+                    try:
+                        res = await book.reserve(kit, payer, toolkit=name)
+                    except QuotaExhausted as exc:
+                        assert exc.data["window"] == "daily" and exc.data["limit"] == ceiling
+                        assert exc.data["resets_at"] and exc.data["remaining"] == 0
+                        audit.outcome = "quota"
+                        await book.record(audit)
+                        return "refused"
+                    for _ in range(rng.randint(0, 30)):  # the upstream takes its time
+                        await asyncio.sleep(0)
+                    await book.record(audit, res)
+                    return "ok"
+
+                tasks = [asyncio.create_task(call(i)) for i in range(calls)]
+                gate.set()
+                results = await asyncio.gather(*tasks)
+                assert results.count("ok") == ceiling and results.count("refused") == calls - ceiling, n
+                async with db.read() as conn:
+                    got = await conn.one(
+                        "SELECT (SELECT count(*) FROM ledger_entries"
+                        " WHERE kind = 'charge' AND toolkit_id = ?) AS n,"
+                        " (SELECT -sum(amount_milli) FROM ledger_entries WHERE toolkit_id = ?) AS m,"
+                        " (SELECT count(*) FROM audit_log WHERE toolkit_id = ?) AS rows",
+                        (kit, kit, kit),
+                    )
+                    lowest = await conn.one(
+                        "SELECT min(b) AS b FROM"
+                        " (SELECT sum(amount_milli) AS b FROM ledger_entries GROUP BY user_id)"
+                    )
+                assert (got["n"], got["m"], got["rows"]) == (ceiling, ceiling * fee, calls), n
+                assert lowest["b"] >= 0
+        finally:
+            await book.aclose()
+            await db.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=300))
 
 
 @pytest.mark.parametrize(

@@ -111,3 +111,18 @@ def test_an_expired_session_cannot_be_deleted(clock: Clock) -> None:
     clock.now += 61
     assert store.delete(opened.id, KEY) is False
     assert len(store) == 0
+
+
+def test_one_key_beyond_its_own_cap_drops_its_own_oldest_session_never_another_keys(clock: Clock) -> None:
+    """RATE-05: a key flooding initialize pushes out only its own sessions."""
+    store = SessionStore(ttl_s=60, max_sessions=100, clock=clock, per_key=3)
+    theirs = store.create(OTHER_KEY, "2025-11-25", {})
+    mine = [store.create(KEY, "2025-11-25", {}) for _ in range(3)]
+    store.get(mine[0].id, KEY)  # used: now the second is this key's least recently used
+    flood = [store.create(KEY, "2025-11-25", {}) for _ in range(50)]
+    assert store.get(theirs.id, OTHER_KEY) is theirs
+    assert [s.id for s in flood[-3:] if store.get(s.id, KEY) is s] == [s.id for s in flood[-3:]]
+    assert store.get(mine[0].id, KEY) is None and store.get(mine[1].id, KEY) is None
+    assert len(store) == 4
+    store.delete(flood[-1].id, KEY)
+    assert store.create(KEY, "2025-11-25", {}) and store.get(flood[-2].id, KEY) is not None
