@@ -34,13 +34,11 @@ import httpx
 import pytest
 import sqlean
 
-from appliance import config
-from appliance.gateway.runtime import Runtime
 from tests.support.clients import connect
 from tests.support.echo_upstream import EchoUpstream, echo_spec
 from tests.support.peers import EVERYTHING
 from tests.support.servers import REPO, Appliance, cli, running_appliance
-from tests.support.vault_seed import seed_credentials
+from tests.support.vault_seed import seed_offline
 
 pytestmark = pytest.mark.e2e
 
@@ -175,21 +173,6 @@ def test_canary_credentials_never_leave_through_any_response_log_or_database_pag
         assert f.stat().st_mode & 0o077 == 0, f"{f.name} is readable by others"
 
 
-def _seed(data: Path, count: int) -> None:
-    """``count`` catalogue toolkits with sealed credentials, written before the server starts."""
-    settings = config.load(env={"TOOLSPOKE_DATA_DIR": str(data)})
-
-    async def main() -> None:
-        rt = Runtime(settings)
-        await rt.open()
-        try:
-            await seed_credentials(rt, count)
-        finally:
-            await rt.close()
-
-    asyncio.run(main())
-
-
 def test_rotation_reseals_every_secret_while_calls_keep_succeeding_and_the_old_version_retires(
     tmp_path: Path,
 ) -> None:
@@ -209,7 +192,7 @@ def test_rotation_reseals_every_secret_while_calls_keep_succeeding_and_the_old_v
                 ).status_code
                 == 200
             )
-        _seed(data, 3000)
+        seed_offline(data, 3000)
         with running_appliance(data, env={"TOOLSPOKE_DEMO": "0"}) as app, admin(app) as api:
             outcomes: list[tuple[float, float, bool]] = []
             stop = threading.Event()
