@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -23,6 +22,7 @@ import pytest
 
 from appliance.db.migrate import default_migrations_dir, discover
 from tests.support.accounts import query
+from tests.support.kills import kill_when
 from tests.support.servers import REPO, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
@@ -64,17 +64,7 @@ def test_kill_9_inside_a_migration_leaves_the_previous_schema_whole_and_a_rerun_
     db, wal = data / "toolspoke.db", data / "toolspoke.db-wal"
 
     proc = migrate(db, directory)
-    try:
-        deadline = time.monotonic() + 120
-        while not (wal.exists() and wal.stat().st_size > 8 << 20):  # bounded by the deadline
-            assert proc.poll() is None, f"the migration ended before the kill: {proc.communicate()}"
-            assert time.monotonic() < deadline, "the migration wrote nothing in 120 s"
-        proc.kill()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
-    assert proc.returncode == -9
+    kill_when(proc, lambda: wal.exists() and wal.stat().st_size > 8 << 20, "the migration")  # mid-transaction
 
     with running_appliance(data, env={"TOOLSPOKE_DEMO": "0"}) as app:  # restarts on what was left
         assert httpx.get(app.base_url + "/readyz", timeout=10).status_code == 200

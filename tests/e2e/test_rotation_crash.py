@@ -18,7 +18,6 @@ import random
 import sqlite3
 import subprocess
 import sys
-import time
 from collections import Counter
 from contextlib import closing
 from pathlib import Path
@@ -30,6 +29,7 @@ from appliance import config
 from appliance.gateway.runtime import Runtime
 from appliance.vault import store
 from tests.support.accounts import query
+from tests.support.kills import kill_when
 from tests.support.servers import REPO, cli
 from tests.support.vault_seed import seed_offline
 
@@ -50,26 +50,16 @@ def rotate(data: Path) -> subprocess.Popen[str]:
 def kill_mid_rotation(data: Path, at: int) -> int:
     """Start a rotation and SIGKILL it once its new version seals ``at`` rows or more; how
     many rows that version had sealed when it died."""
-    proc = rotate(data)
-    try:
-        with closing(sqlite3.connect(data / "toolspoke.db", timeout=10)) as db:
-            before = db.execute("SELECT max(version) FROM vault_keys").fetchone()[0]
-            deadline = time.monotonic() + 120
-            while True:  # bounded by the deadline; each round is a read of the live database
-                if proc.poll() is not None:
-                    raise AssertionError(f"the rotation ended before {at} rows: {proc.communicate()}")
-                assert time.monotonic() < deadline, "the rotation made no progress in 120 s"
-                (newest,) = db.execute("SELECT max(version) FROM vault_keys").fetchone()
-                if newest > before:
-                    sql = "SELECT count(*) FROM secrets WHERE key_version = ?"
-                    if db.execute(sql, (newest,)).fetchone()[0] >= at:
-                        break
-        proc.kill()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=30)
-    assert proc.returncode == -9
+    with closing(sqlite3.connect(data / "toolspoke.db", timeout=10)) as db:
+        (before,) = db.execute("SELECT max(version) FROM vault_keys").fetchone()
+        proc = rotate(data)
+
+        def reached() -> bool:  # each call is a read of the live database
+            (newest,) = db.execute("SELECT max(version) FROM vault_keys").fetchone()
+            sql = "SELECT count(*) FROM secrets WHERE key_version = ?"
+            return bool(newest > before and db.execute(sql, (newest,)).fetchone()[0] >= at)
+
+        kill_when(proc, reached, f"the rotation (kill at {at} rows)")
     ((sealed,),) = query(
         data, "SELECT count(*) FROM secrets WHERE key_version = (SELECT max(version) FROM vault_keys)"
     )

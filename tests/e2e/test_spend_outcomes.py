@@ -22,7 +22,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install, query
+from tests.support.accounts import (
+    MeteredUpstream,
+    add_user_keys,
+    admin,
+    assert_charges_match_audit,
+    credits_path,
+    install,
+    query,
+)
 from tests.support.clients import connect, modern_tools_call
 from tests.support.raw_upstream import RawUpstream
 from tests.support.servers import Appliance, running_appliance
@@ -76,18 +84,8 @@ def balance(app: Appliance) -> float:
 
 
 def assert_books_sound(app: Appliance) -> None:
-    """I-2 across the whole database: every charge references one audit row whose fee it is,
-    every audit row with a fee has exactly one charge, and each balance is Σ its entries."""
-    assert query(
-        app.data_dir,
-        "SELECT count(*) FROM ledger_entries e LEFT JOIN audit_log a ON a.id = e.audit_id"
-        " WHERE e.kind = 'charge' AND (a.id IS NULL OR a.fee_milli != -e.amount_milli)",
-    ) == [(0,)]
-    assert query(
-        app.data_dir,
-        "SELECT count(*) FROM audit_log a WHERE a.fee_milli > 0 AND"
-        " (SELECT count(*) FROM ledger_entries e WHERE e.audit_id = a.id AND e.kind = 'charge') != 1",
-    ) == [(0,)]
+    """I-2 across the whole database: charges and audit rows 1:1, the balance Σ its entries."""
+    assert_charges_match_audit(app.data_dir)
     ((entries,),) = query(
         app.data_dir,
         "SELECT coalesce(sum(amount_milli), 0) FROM ledger_entries e JOIN users u ON u.id = e.user_id"

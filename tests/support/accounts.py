@@ -69,6 +69,21 @@ def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[
         return list(db.execute(sql, params).fetchall())
 
 
+def assert_charges_match_audit(data_dir: Path) -> None:
+    """I-2: every charge references an audit row whose fee it is; every audit row with a fee
+    has exactly one charge."""
+    assert query(
+        data_dir,
+        "SELECT count(*) FROM ledger_entries e LEFT JOIN audit_log a ON a.id = e.audit_id"
+        " WHERE e.kind = 'charge' AND (a.id IS NULL OR a.fee_milli != -e.amount_milli)",
+    ) == [(0,)]
+    assert query(
+        data_dir,
+        "SELECT count(*) FROM audit_log a WHERE a.fee_milli > 0 AND"
+        " (SELECT count(*) FROM ledger_entries e WHERE e.audit_id = a.id AND e.kind = 'charge') != 1",
+    ) == [(0,)]
+
+
 def admin(app: Appliance, method: str, path: str, body: Any = None) -> httpx.Response:
     return httpx.request(
         method,
