@@ -170,9 +170,12 @@ class UpstreamError(ApplianceError):
     http_status = 502
     reason = "upstream_unavailable"
 
-    def __init__(self, message: str, *, reason: str = "upstream_unavailable", **kw: Any):
+    def __init__(self, message: str, *, reason: str = "upstream_unavailable", sent: bool = True, **kw: Any):
         super().__init__(message, **kw)
         self.reason = reason
+        # False only where it is proved that nothing reached the upstream (its name did not
+        # resolve, the TCP connection was refused): the call is not charged (LEDGER-06).
+        self.sent = sent
 
 
 class QuotaExhausted(ApplianceError):

@@ -45,8 +45,9 @@ from appliance.ledger.book import Reservation
 from appliance.ledger.store import AuditRow, Price
 from appliance.models import CallResult, Principal, Tool
 
-# Reasons that prove the call never left the gateway: the reservation is let go. Any other
-# failure (timeouts, refused or reset connections, bad answers) may have acted upstream.
+# Reasons that prove the call never left the gateway: the reservation is let go. So does an
+# UpstreamError with ``sent=False`` (the name did not resolve, the connection was refused).
+# Any other failure (timeouts, reset connections, bad answers) may have acted upstream.
 NEVER_LEFT = frozenset(
     {"ssrf_blocked", "no_upstream", "credential_unavailable", "upstream_broken", "upstream_tls"}
 )
@@ -175,6 +176,9 @@ async def spend(
             _let_go(rt, attempt)
         else:
             attempt.outcome = "upstream_error"
+            if not exc.sent:  # the upstream is down, and provably got nothing: no charge
+                attempt.sent = False
+                _let_go(rt, attempt)
         raise
     except ApplianceError:
         attempt.sent = False  # refused on our side (storage, a bad binding): nothing left

@@ -20,17 +20,18 @@ from appliance.upstream.http1 import Answer
 def from_httpx(host: str, exc: httpx.HTTPError) -> UpstreamError:
     if isinstance(exc, httpx.ConnectError) and is_tls(exc):
         return UpstreamError(f"TLS handshake with {host} failed", reason="upstream_tls")
-    if isinstance(exc, httpx.ConnectError | httpx.ReadError | httpx.WriteError | httpx.CloseError):
-        return UpstreamError(
-            f"could not reach {host} (connection refused or reset)", reason="upstream_unavailable"
-        )
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        # Raised only while connecting (http1.Pool), before a byte of the request is written.
+        return UpstreamError(f"could not connect to {host}", reason="upstream_unavailable", sent=False)
+    if isinstance(exc, httpx.ReadError | httpx.WriteError | httpx.CloseError):
+        return UpstreamError(f"the connection to {host} was reset", reason="upstream_unavailable")
     if isinstance(exc, httpx.RemoteProtocolError):
         return UpstreamError(f"{host} broke the HTTP protocol or closed early", reason="upstream_invalid")
     if isinstance(exc, httpx.DecodingError):
         return UpstreamError(f"{host} sent a body that could not be decoded", reason="upstream_invalid")
     if isinstance(exc, httpx.LocalProtocolError):
         return UpstreamError(
-            "the request could not be sent: an invalid header or body", reason="upstream_invalid"
+            "the request could not be sent: an invalid header or body", reason="upstream_invalid", sent=False
         )
     return UpstreamError(f"the call to {host} failed", reason="upstream_unavailable")
 

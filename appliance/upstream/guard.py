@@ -210,9 +210,13 @@ class EgressPolicy:
         try:
             answers = _unique(parse_address(a) for a in await lookup(host, port))
         except (OSError, UnicodeError, ValueError) as exc:
-            raise UpstreamError(f"DNS resolution failed for {host}", reason="upstream_unavailable") from exc
+            raise UpstreamError(
+                f"DNS resolution failed for {host}", reason="upstream_unavailable", sent=False
+            ) from exc
         if not answers:
-            raise UpstreamError(f"DNS resolution failed for {host}", reason="upstream_unavailable")
+            raise UpstreamError(
+                f"DNS resolution failed for {host}", reason="upstream_unavailable", sent=False
+            )
         return answers
 
     def check_url(self, url: str | httpx.URL, *, field: str = "url") -> httpx.URL:

@@ -110,9 +110,8 @@ def run(coro: Any, timeout: float = 60) -> Any:
 @pytest.mark.parametrize(
     ("where", "op", "outcome", "reason", "charged", "reached"),
     [
-        # A refused connection sends nothing, but it shares `upstream_unavailable` with a
-        # connection reset after the request went out, so the documented policy charges it.
-        ("closed", "badjson", "upstream_error", "upstream_unavailable", True, False),
+        # A refused connection sends nothing: an upstream error, not charged.
+        ("closed", "badjson", "upstream_error", "upstream_unavailable", False, False),
         ("tls", "badjson", "blocked", "upstream_tls", False, False),  # the handshake failed: nothing sent
         ("raw", "badjson", "ok", None, True, True),  # passed on as text, as the upstream sent it
         ("raw", "short", "upstream_error", "upstream_invalid", True, True),
