@@ -70,12 +70,13 @@ def _alive(pid: int) -> bool:
 
 
 def _refused(app: Appliance) -> bool:
-    """A fresh connection to the appliance is refused."""
+    """A fresh connection to the appliance is refused (or reset: a connection the kernel had
+    queued before the listening socket closed is reset, never served)."""
     parts = urlsplit(app.base_url)
     try:
         with socket.create_connection((parts.hostname, parts.port), timeout=2):
             return False
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
 
 
