@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from appliance.search import hybrid
 
 
@@ -38,3 +40,24 @@ def test_the_service_boost_lifts_a_sibling_of_the_best_match() -> None:
     # 2 and 3 tie without the boost; 3 shares a service with the winner, 2 does not.
     fused = hybrid.fuse(lexical, semantic, limit=3, toolkit_of={1: 7, 2: 8, 3: 7})
     assert [f.tool_id for f in fused] == [1, 3, 2]
+
+
+def test_the_list_whose_best_candidate_stands_out_gets_more_say() -> None:
+    # Lexical: one tool far ahead of the rest (a rare word of its name); semantic: evenly spread.
+    sure = [(1, 10.0)] + [(i, 1.0) for i in range(2, 11)]
+    flat = [(i, 0.50 - 0.01 * (i - 11)) for i in range(11, 21)]
+    assert hybrid.fuse(sure, flat, limit=1)[0].tool_id == 1
+    assert hybrid.fuse(sure, flat, limit=1, by_confidence=False)[0].tool_id == 11
+    # The other way round: a semantic match that stands out beats a flat lexical list.
+    flat_lexical = [(i, 10.0 - 0.5 * (i - 11)) for i in range(11, 21)]
+    sure_semantic = [(1, 0.9)] + [(i, 0.3) for i in range(2, 11)]
+    assert hybrid.fuse(flat_lexical, sure_semantic, limit=1)[0].tool_id == 1
+
+
+def test_a_list_without_spread_keeps_a_little_say() -> None:
+    # A single lexical hit has a z-score of 0; its side still counts, and nothing divides by zero.
+    fused = hybrid.fuse([(1, 5.0)], [(2, 0.6), (1, 0.55), (3, 0.1)], limit=3)
+    assert [f.tool_id for f in fused] == [2, 1, 3]
+    assert all(math.isfinite(f.score) for f in fused)
+    equal = hybrid.fuse([(4, 1.0), (5, 1.0)], [(5, 0.5), (4, 0.5)], limit=2)
+    assert [f.tool_id for f in equal] == [4, 5]
