@@ -47,6 +47,21 @@ def server(data: Path, key: str) -> StdioServerParameters:
     )
 
 
+def run_stdio(data: Path, key: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    """``toolspoke stdio`` with ``stdin`` written and closed, in a desktop config's minimal
+    environment; its exit, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data), "TOOLSPOKE_API_KEY": key},
+    )
+
+
 @pytest.mark.parametrize(("mode", "era"), [("auto", "2026-07-28"), ("legacy", "2025-11-25")])
 def test_a_desktop_client_gets_the_bridge_over_stdio_in_both_eras(
     data_dir: Path, mode: str, era: str
@@ -64,20 +79,7 @@ def test_a_desktop_client_gets_the_bridge_over_stdio_in_both_eras(
 
 
 def test_a_bad_key_stops_stdio_at_start_with_a_clear_message(data_dir: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance", "stdio"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input="",
-        check=False,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "TOOLSPOKE_DATA_DIR": str(data_dir),
-            "TOOLSPOKE_API_KEY": "tsk_not-a-real-key-000000000000000000",
-        },
-    )
+    done = run_stdio(data_dir, "tsk_not-a-real-key-000000000000000000", "")
     assert done.returncode == 1
     assert "API key" in done.stderr and done.stdout == ""
     missing = subprocess.run(
@@ -116,16 +118,7 @@ def test_requests_pipelined_behind_initialize_wait_for_it_instead_of_being_refus
             "params": {"name": "list_toolkits", "arguments": {}},
         },
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "appliance", "stdio"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input="".join(json.dumps(line) + "\n" for line in lines),
-        check=False,
-        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data_dir), "TOOLSPOKE_API_KEY": ADMIN_KEY},
-    )
+    done = run_stdio(data_dir, ADMIN_KEY, "".join(json.dumps(line) + "\n" for line in lines))
     assert done.returncode == 0, done.stderr
     answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
     assert set(answers) == {1, 2, 3}
