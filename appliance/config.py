@@ -250,7 +250,8 @@ SETTINGS: tuple[Setting, ...] = (
         None,
         str,
         "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1 (Ollama). "
-        "Default with OPENROUTER_API_KEY set: https://openrouter.ai/api/v1.",
+        "Default with OPENROUTER_API_KEY set: https://openrouter.ai/api/v1. Reached through the "
+        "egress guard, which opens this origin (loopback and LAN included) for embeddings only.",
     ),
     Setting(
         "embeddings_model",

@@ -3,7 +3,8 @@
 errors, config, models ← db ← rooms (catalogue, search, vault, access, ledger, upstream)
 ← gateway ← rpc ← web ← cli. Rooms never import each other. Some libraries live in one
 place only: sanic in web/, click in cli.py, aiosqlite in db/, cryptography in
-vault/crypto.py, httpx in upstream/ (and search/embedders).
+vault/crypto.py, httpx in upstream/ only (the embeddings provider reaches its endpoint
+through gateway/semantic_egress.py, so no room but upstream/ holds an HTTP client).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ LIBRARY_HOMES = {
     "aiosqlite": ("db",),
     "sqlean": ("db",),
     "cryptography": ("vault/crypto",),
-    "httpx": ("upstream", "search/embedders"),
+    "httpx": ("upstream",),
 }
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from appliance.config import Settings
 from appliance.errors import ConfigError
+from appliance.gateway.semantic_egress import EmbeddingsEgress
 from appliance.search.embedders import Embedder, EmbeddingError, HttpEmbedder, LocalEmbedder
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ def build_provider(settings: Settings) -> Embedder | None:
     if not model:
         raise ConfigError("embeddings = openai needs embeddings_model", field="embeddings_model")
     try:
-        return HttpEmbedder(url, model, api_key=key, dimensions=settings.embeddings_dimensions)
+        # Through the egress path, opened for this configured origin only (semantic_egress.py).
+        poster = EmbeddingsEgress(url)
+        return HttpEmbedder(url, model, poster, api_key=key, dimensions=settings.embeddings_dimensions)
     except EmbeddingError as exc:
         raise ConfigError(f"embeddings_url: {exc.reason}", field="embeddings_url") from None
 

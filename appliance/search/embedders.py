@@ -10,11 +10,12 @@ vectors whose id differs from the configured provider's are stale and get re-emb
   One onnxruntime thread: measured 3.4 ms per query, and it leaves the second core to SQLite
   and HTTP (two threads fight the event loop's thread on a 2-core machine).
 - ``HttpEmbedder``: POST ``{base}/embeddings`` as OpenAI defines it (OpenRouter, Ollama,
-  llama.cpp's server, TEI, vLLM...). The URL is the operator's own configuration, so it is not
-  put through the tool-call SSRF guard (which exists to keep *imported specs* from steering
-  calls at internal addresses); redirects are not followed, so the endpoint cannot send the
-  request elsewhere. Every failure (status, timeout, malformed body, wrong count or dimension,
-  non-finite numbers) is an ``EmbeddingError`` with a reason that names no secret.
+  llama.cpp's server, TEI, vLLM...). It holds no transport code: it is handed a ``Poster``,
+  which gateway/ wires to the egress path (``gateway/semantic_egress.py``: guard, pinned
+  connect, no redirects, one deadline), and it asks for the answer under a byte cap sized from
+  the request (``answer_cap``). Every failure (unreachable, refused by the guard, status,
+  timeout, over the cap, malformed body, wrong count or dimension, non-finite numbers) is an
+  ``EmbeddingError`` with a reason that names no secret.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 import numpy as np
+import orjson
 
 MODEL_DIR = Path(__file__).resolve().parent / "model"
 MODEL_FILE = "minilm-l6-v2-int8.onnx"
@@ -42,6 +43,19 @@ MAX_TOKENS = 128
 # same text alone; one at a time, a tool's vector depends on its text only (as its hash
 # promises) and matches how queries are embedded. Batching bought nothing on 1 thread here.
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+# An endpoint's answer is read under a byte cap sized from the request, so a broken or hostile
+# endpoint cannot make a search (or the backfill) hold an unbounded body. A number as a JSON
+# encoder writes it takes at most 24 characters (float64's longest, "-2.2250738585072014e-308";
+# float32 encoders write fewer); 40 bytes a number leaves room for the comma and for
+# pretty-printed answers (a newline and indentation per number). Without
+# ``embeddings_dimensions`` the width is unknown until the answer arrives: 8192 is twice the
+# widest common models' 4096. Each item adds its keys ("object", "index", "embedding"), and the
+# envelope ("model", "usage", an error text) gets 64 KiB. One query, width unknown: 384 KiB;
+# a backfill batch of 32 texts: 10.1 MiB.
+ANSWER_BYTES_PER_NUMBER = 40
+ANSWER_MAX_DIMENSIONS = 8192
+ANSWER_BYTES_PER_ITEM = 256
+ANSWER_ENVELOPE_BYTES = 64 * 1024
 
 
 class EmbeddingError(Exception):
@@ -144,20 +158,51 @@ class LocalEmbedder:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class HttpEmbedder:
-    """An OpenAI-compatible ``/v1/embeddings`` endpoint."""
+class Poster(Protocol):
+    """How ``HttpEmbedder`` reaches its endpoint; gateway/ wires it to the egress path
+    (``gateway/semantic_egress.py``), so this module holds no transport code."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, dimensions: int | None = None):
+    async def post(
+        self, url: str, headers: Mapping[str, str], body: bytes, *, timeout_s: float, max_bytes: int
+    ) -> tuple[int, bytes]:
+        """The status and the whole body (at most ``max_bytes``, within ``timeout_s``);
+        EmbeddingError, with a reason that names no secret, when no such answer came."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def answer_cap(count: int, dimensions: int | None) -> int:
+    """The most bytes an honest answer for ``count`` texts can take (see ANSWER_* above)."""
+    per_text = (dimensions or ANSWER_MAX_DIMENSIONS) * ANSWER_BYTES_PER_NUMBER + ANSWER_BYTES_PER_ITEM
+    return ANSWER_ENVELOPE_BYTES + count * per_text
+
+
+class HttpEmbedder:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint, reached through ``poster``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        poster: Poster,
+        *,
+        api_key: str | None = None,
+        dimensions: int | None = None,
+    ):
         if not base_url.startswith(("http://", "https://")):
             raise EmbeddingError("the embeddings URL must start with http:// or https://")
         self._url = base_url.rstrip("/") + "/embeddings"
         self._model = model
         self._dimensions = dimensions
+        self._poster = poster
         self.model_id = f"http/{model}" + (f"@{dimensions}" if dimensions else "")
-        headers = {"Content-Type": "application/json"}
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        self._client = httpx.AsyncClient(headers=headers, follow_redirects=False, trust_env=False)
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def __repr__(self) -> str:  # the headers hold the key: never show them
+        return f"HttpEmbedder({self.model_id!r})"
 
     async def embed(self, texts: Sequence[str], *, timeout_s: float) -> np.ndarray:
         if not texts:
@@ -165,22 +210,16 @@ class HttpEmbedder:
         body: dict[str, Any] = {"model": self._model, "input": list(texts)}
         if self._dimensions:
             body["dimensions"] = self._dimensions
-        try:
-            resp = await asyncio.wait_for(
-                self._client.post(self._url, json=body, timeout=timeout_s), timeout_s
-            )
-        except (TimeoutError, httpx.TimeoutException):
-            raise EmbeddingError(f"the embeddings endpoint did not answer within {timeout_s:g} s") from None
-        except httpx.HTTPError as exc:
-            raise EmbeddingError(f"the embeddings endpoint is unreachable ({type(exc).__name__})") from None
-        if resp.status_code != 200:
-            raise EmbeddingError(f"the embeddings endpoint answered HTTP {resp.status_code}")
-        return self._parse(resp.content, len(texts))
+        cap = answer_cap(len(texts), self._dimensions)
+        status, content = await self._poster.post(
+            self._url, self._headers, orjson.dumps(body), timeout_s=timeout_s, max_bytes=cap
+        )
+        if status != 200:
+            raise EmbeddingError(f"the embeddings endpoint answered HTTP {status}")
+        return self._parse(content, len(texts))
 
     def _parse(self, content: bytes, count: int) -> np.ndarray:
         try:
-            import orjson
-
             doc = orjson.loads(content)
             items = sorted(doc["data"], key=lambda d: int(d.get("index", 0)))
             rows = [d["embedding"] for d in items]
@@ -206,4 +245,4 @@ class HttpEmbedder:
         return normalise(wide.astype(np.float32))
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._poster.aclose()

@@ -4,6 +4,11 @@ The rule is "globally routable, or listed in ALLOWED_TOOL_CIDRS"; nothing else. 
 on addresses, never on names: a name is resolved first (every answer must pass), and the
 transport then connects to the checked address itself, so DNS cannot change between the
 check and the connect. See RELIABILITY.md SSRF-01/02/04/07/10 and anchors A1-A5.
+
+One narrower door exists for a URL the operator configured for the appliance's own use (the
+embeddings endpoint): ``EgressPolicy.for_operator_origin`` builds a policy of its own that
+opens that origin and nothing else, so tool calls, whose policy is another object, never
+gain from it (see ``gateway/semantic_egress.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ Network: TypeAlias = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver: TypeAlias = Callable[[str, int], Awaitable[list[str]]]
 
 _HINT = "allow it only via ALLOWED_TOOL_CIDRS"
+# The address kinds an operator-configured *name* may resolve to: where a self-hosted service
+# lives (this host, a LAN or container network, a tailnet in 100.64/10). Never link-local
+# (cloud metadata services answer on 169.254.169.254), multicast, unspecified or reserved: no
+# service the operator points us at lives there, so a name answering with one is being steered.
+OPERATOR_NAME_RULES = frozenset({"loopback", "private", "shared (100.64/10)"})
 _UNSEEN = object()
 _VERDICTS_MAX = 4096
 
@@ -122,12 +132,46 @@ class EgressPolicy:
         # Exact (address or name, port) pairs the appliance itself serves (the demo API):
         # opening one port on one address is narrower than listing a network.
         self.endpoints: set[tuple[str, int]] = set()
+        # (name, port) pairs the operator configured by name: their answers may also be
+        # OPERATOR_NAME_RULES addresses (still resolved per request and pinned).
+        self.operator_names: set[tuple[str, int]] = set()
         self._verdicts: dict[Address, object] = {}
 
     def allow_endpoint(self, host: str, port: int) -> None:
         """Allow exactly ``host``:``port`` (an IP literal or a name) whatever its address."""
         literal = _literal(host.strip("[]"))
         self.endpoints.add((str(literal) if literal else host.strip("[]").lower(), port))
+
+    @classmethod
+    def for_operator_origin(
+        cls, url: str, *, field: str = "url", resolver: Resolver | None = None
+    ) -> EgressPolicy:
+        """A policy opening exactly the origin of ``url``, which the operator configured.
+
+        Public addresses pass as everywhere; nothing is listed. The URL's own host is
+        trusted because the operator wrote it: an IP literal is allowed at exactly that
+        address and port, a name (``localhost`` included) at that port whenever its answers
+        are public or OPERATOR_NAME_RULES addresses. Raises UpstreamError naming ``field``
+        for a URL the guard refuses in shape (scheme, userinfo, odd IPv4 spellings).
+        """
+        policy = cls(resolver=resolver)
+        try:
+            parsed = httpx.URL(url)
+        except (httpx.InvalidURL, TypeError, ValueError) as exc:
+            raise _bad_url("is not a valid URL", field) from exc
+        if parsed.raw_host:
+            host, port = host_port(parsed)
+            literal = _literal(host)
+            if literal is not None:
+                policy.endpoints.add((str(literal), port))
+            elif not _NUMERIC_HOST.match(host) and "%" not in host:
+                policy.operator_names.add((host.lower(), port))
+        policy.check_url(parsed, field=field)
+        return policy
+
+    def _named_open(self, host: str, port: int) -> bool:
+        named = (host.lower(), port)
+        return named in self.endpoints or named in self.operator_names
 
     def _listed(self, ip: Address) -> bool:
         return any(ip.version == net.version and ip in net for net in self.allowed)
@@ -182,6 +226,8 @@ class EgressPolicy:
         literal = _literal(host)
         if (str(literal) if literal else host.lower(), port) in self.endpoints:
             return [literal] if literal else await self._lookup(host, port, resolver)
+        if self.operator_names and literal is None and (host.lower(), port) in self.operator_names:
+            return await self._operator_answers(host, port, resolver)
         if literal is not None:
             answers = [literal]
         else:
@@ -203,6 +249,22 @@ class EgressPolicy:
         for addr in answers:
             if (refused := self.refusal(addr, host)) is not None:
                 raise refused
+        return answers
+
+    async def _operator_answers(self, host: str, port: int, resolver: Resolver | None) -> list[Address]:
+        """A configured name's answers: public or OPERATOR_NAME_RULES ones, all of them."""
+        answers: list[Address] = [LOCALHOST]
+        if not _is_localhost(host):
+            answers = await self._lookup(host, port, resolver)
+        for addr in answers:
+            rule = self.check_address(addr)
+            if rule is not None and rule not in OPERATOR_NAME_RULES:
+                raise UpstreamError(
+                    f"{host} resolves to {addr}, which is {rule}; a configured name may resolve "
+                    "only to public, loopback, private or shared addresses",
+                    reason="ssrf_blocked",
+                    data={"address": str(addr), "rule": rule},
+                )
         return answers
 
     async def _lookup(self, host: str, port: int, resolver: Resolver | None) -> list[Address]:
@@ -240,7 +302,7 @@ class EgressPolicy:
         literal = _literal(host)
         if literal is None and ("%" in host or _NUMERIC_HOST.match(host)):
             raise _bad_url("has a malformed host (write an IPv4 address as a dotted quad)", field)
-        if literal is None and _is_localhost(host) and (host.lower(), port) not in self.endpoints:
+        if literal is None and _is_localhost(host) and not self._named_open(host, port):
             literal = LOCALHOST  # known without DNS, so refused at registration already
         if literal is not None and (str(literal), port) not in self.endpoints:
             refused = self.refusal(literal, host)

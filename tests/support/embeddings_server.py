@@ -3,21 +3,33 @@
 ``POST /v1/embeddings`` with ``{"model", "input": [texts]}`` answers ``{"data": [{"index",
 "embedding"}]}``. The vectors are a hashed bag of words (64 dimensions), so texts sharing
 words are close: enough for a search to rank by them. ``mode`` makes it fail the ways real
-endpoints do; ``hold_after`` makes it answer that many requests and then hold every later one
-until ``release()`` (a crash test kills its client meanwhile); held requests are never answered.
+endpoints do (``flood``: an endless answer without a length, counted in ``flooded``;
+``redirect``: a 307 to ``location``); ``hold_after`` makes it answer that many requests and
+then hold every later one until ``release()`` (a crash test kills its client meanwhile);
+held requests are never answered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+from appliance import config
+from appliance.gateway.runtime import Runtime
+
+T = TypeVar("T")
 
 DIM = 64
+# The ``flood`` answer stops here if nobody hangs up (a test would then fail, not hang).
+FLOOD_LIMIT = 256 * 1024 * 1024
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -31,8 +43,20 @@ def bag_of_words(text: str, dim: int = DIM) -> list[float]:
 
 
 class EmbeddingsServer:
-    def __init__(self, mode: str = "ok", hold_after: int | None = None, delay_s: float = 5.0):
+    def __init__(
+        self,
+        mode: str = "ok",
+        hold_after: int | None = None,
+        delay_s: float = 5.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        location: str = "",
+    ):
         self.mode = mode
+        self.location = location
+        self.flooded = 0  # bytes of the endless answer written before the client hung up
+        self.flood_done = threading.Event()
+        self.connections = 0
         self.hold_after = hold_after
         self.delay_s = delay_s
         self.requests: list[list[str]] = []  # every request's texts, in arrival order
@@ -70,6 +94,15 @@ class EmbeddingsServer:
                 if mode == "error":
                     self._send(500, {"error": {"message": "model overloaded"}})
                     return
+                if mode == "redirect":
+                    self.send_response(307)
+                    self.send_header("Location", server.location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if mode == "flood":
+                    self._flood()
+                    return
                 if mode == "malformed":
                     self._send_raw(200, b"{not json")
                     return
@@ -91,6 +124,22 @@ class EmbeddingsServer:
                         ):
                             server.reached.set()
 
+            def _flood(self) -> None:
+                # Close-delimited (HTTP/1.0, no Content-Length): only the reader's cap ends it.
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                chunk = b"0.5, " * 16384
+                try:
+                    self.wfile.write(b'{"data": [{"index": 0, "embedding": [')
+                    while server.flooded < FLOOD_LIMIT:
+                        self.wfile.write(chunk)
+                        server.flooded += len(chunk)
+                except OSError:
+                    pass
+                self.close_connection = True
+                server.flood_done.set()
+
             def _send(self, status: int, payload: Any) -> bool:
                 text = json.dumps(payload, allow_nan=True).encode()
                 return self._send_raw(status, text)
@@ -106,13 +155,24 @@ class EmbeddingsServer:
                 except OSError:
                     return False
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def get_request(self) -> Any:
+                pair = super().get_request()
+                with server._lock:
+                    server.connections += 1
+                return pair
+
+        self._server = Server((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"http://{self._server.server_address[0]}:{self.port}/v1"
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
 
     def release(self) -> None:
         self._release.set()
@@ -130,3 +190,22 @@ class EmbeddingsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def with_provider_runtime(
+    data_dir: Path, url: str, work: Callable[[Runtime], Awaitable[T]], model: str = "bow", **more: Any
+) -> T:
+    """Run ``work`` on an open Runtime whose provider is the endpoint at ``url`` (bounded)."""
+    cli = {"data_dir": str(data_dir), "embeddings": "openai", "embeddings_url": url}
+    settings = config.load(cli={**cli, "embeddings_model": model, **more}, env={})
+
+    async def main() -> T:
+        rt = Runtime(settings)
+        await rt.open()
+        try:
+            async with asyncio.timeout(60):  # whatever goes wrong, the test ends
+                return await work(rt)
+        finally:
+            await rt.close()
+
+    return asyncio.run(main())

@@ -3,20 +3,18 @@ embedded, what is reused, what a model change does, and that search then goes hy
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from appliance import config
 from appliance.gateway.backfill import backfill
 from appliance.gateway.imports import import_catalog
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search
 from appliance.gateway.semantic_admin import switch
-from tests.support.embeddings_server import EmbeddingsServer
+from tests.support.embeddings_server import EmbeddingsServer, with_provider_runtime
 
 T = TypeVar("T")
 TOOLS = [
@@ -40,25 +38,7 @@ def catalogue(path: Path, tools: list[tuple[str, str, str]]) -> str:
 def with_runtime(
     tmp_path: Path, server: EmbeddingsServer, work: Callable[[Runtime], Awaitable[T]], model: str = "bow"
 ) -> T:
-    settings = config.load(
-        cli={
-            "data_dir": str(tmp_path / "data"),
-            "embeddings": "openai",
-            "embeddings_url": server.base_url,
-            "embeddings_model": model,
-        },
-        env={},
-    )
-
-    async def main() -> T:
-        rt = Runtime(settings)
-        await rt.open()
-        try:
-            return await work(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(main())
+    return with_provider_runtime(tmp_path / "data", server.base_url, work, model)
 
 
 def test_every_tool_is_embedded_once_and_a_second_run_embeds_nothing(tmp_path: Path) -> None:

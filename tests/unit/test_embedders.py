@@ -1,5 +1,7 @@
 """Embedding providers: the bundled local model, and an OpenAI-compatible endpoint served for
-real on loopback (tests/support/embeddings_server.py), including every way it can fail."""
+real on loopback (tests/support/embeddings_server.py) through the egress path
+(gateway/semantic_egress.py), including every way it can fail. The egress guarantees
+themselves (cap, redirects, pinning, the origin allowance) are in test_embeddings_egress.py."""
 
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import time
 import numpy as np
 import pytest
 
+from appliance.gateway.semantic_egress import EmbeddingsEgress
 from appliance.search.embedders import EmbeddingError, HttpEmbedder, LocalEmbedder, local_model_available
 from tests.support.embeddings_server import DIM, EmbeddingsServer
 
 
 def _embed(server: EmbeddingsServer, texts: list[str], timeout_s: float = 5.0, **kw: object) -> np.ndarray:
     async def main() -> np.ndarray:
-        emb = HttpEmbedder(server.base_url, "test-model", api_key="sk-test-secret", **kw)  # type: ignore[arg-type]
+        url = server.base_url
+        emb = HttpEmbedder(url, "test-model", EmbeddingsEgress(url), api_key="sk-test-secret", **kw)  # type: ignore[arg-type]
         try:
             return await emb.embed(texts, timeout_s=timeout_s)
         finally:
@@ -69,7 +73,7 @@ def test_an_unreachable_endpoint_is_an_embedding_error() -> None:
     try:
 
         async def main() -> None:
-            emb = HttpEmbedder(url, "m")
+            emb = HttpEmbedder(url, "m", EmbeddingsEgress(url))
             try:
                 await emb.embed(["a"], timeout_s=2)
             finally:
@@ -82,8 +86,18 @@ def test_an_unreachable_endpoint_is_an_embedding_error() -> None:
 
 
 def test_a_url_that_is_not_http_is_refused() -> None:
-    with pytest.raises(EmbeddingError, match="http:// or https://"):
-        HttpEmbedder("file:///etc/passwd", "m")
+    with pytest.raises(EmbeddingError, match="scheme 'file' is not allowed"):
+        EmbeddingsEgress("file:///etc/passwd")
+
+    async def build() -> None:
+        egress = EmbeddingsEgress("http://127.0.0.1:9/v1")
+        try:
+            with pytest.raises(EmbeddingError, match="http:// or https://"):
+                HttpEmbedder("file:///etc/passwd", "m", egress)
+        finally:
+            await egress.aclose()
+
+    asyncio.run(build())
 
 
 @pytest.mark.skipif(not local_model_available(), reason="the local model is built by `make model`")
