@@ -184,6 +184,10 @@ def test_the_allowance_is_the_configured_origin_only() -> None:
         ):
             literal.check_url(url)
     assert [str(a) for a in run(literal.resolve("10.0.0.5", 8080))] == ["10.0.0.5"]
+    v6 = EgressPolicy.for_operator_origin("http://[::1]:11434/v1")
+    assert [str(a) for a in run(v6.resolve("::1", 11434))] == ["::1"]
+    with pytest.raises(UpstreamError, match="loopback"):
+        v6.check_url("http://[::1]:11435/")
     local = EgressPolicy.for_operator_origin("http://localhost:11434/v1")
     assert [str(a) for a in run(local.resolve("localhost", 11434))] == ["127.0.0.1"]
     with pytest.raises(UpstreamError, match="loopback"):
