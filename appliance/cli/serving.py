@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -34,6 +35,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     prepare_data_dir(settings)
+    held = _hold_serving(Path(settings.data_dir))  # for the process's lifetime: kill -9 drops them
     # Open the database and the vault once before binding: a missing, malformed or wrong
     # master key (or a database that cannot open) exits 2 here with its message.
     run(settings, _check_sound)
@@ -45,6 +47,23 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     app.ctx.bound_address = sock.getsockname()[:2]
     app.ctx.listen_socket = sock  # closed to new connections first thing at SIGTERM
     app.run(sock=sock, single_process=True, access_log=False, motd=False, protocol=TrackedProtocol)
+    for lock in held:
+        lock.release()
+
+
+def _hold_serving(data: Path) -> list[Any]:
+    """The runner's shared hold (keeps `restore` away) and the one-serve-per-data-dir lock."""
+    from appliance.db import locks
+
+    try:
+        runner = locks.runner(data)
+    except ApplianceError as exc:
+        fail(exc.public_message, 1)
+    try:
+        return [runner, locks.server(data)]
+    except ApplianceError as exc:
+        runner.release()
+        fail(exc.public_message, 1)
 
 
 async def _check_sound(rt: Any) -> None:
