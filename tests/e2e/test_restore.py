@@ -26,10 +26,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from mcp.client.stdio import StdioServerParameters
 
 from appliance.db import locks
 from tests.e2e.test_backup import ENV, GRANT, _books_balance, _paid_toolkit
+from tests.e2e.test_stdio_face import server
 from tests.e2e.test_storage_faults import _newer_schema, _scribble_mid_page, _truncate
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, query
 from tests.support.clients import Client, modern_tools_call
@@ -78,18 +78,9 @@ def test_restore_help_says_it_always_replaces_keeps_the_old_database_and_has_no_
     assert not (tmp_path / "data").exists()
 
 
-def _stdio(data: Path) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "appliance", "stdio"],
-        cwd=str(REPO),
-        env={"TOOLSPOKE_DATA_DIR": str(data), "TOOLSPOKE_API_KEY": ADMIN_KEY, "TOOLSPOKE_DEMO": "0"},
-    )
-
-
 async def _beside_stdio(data: Path, *args: str) -> tuple[int, subprocess.CompletedProcess[str]]:
     """Run a CLI command while a desktop client's ``toolspoke stdio`` is connected; its tool count too."""
-    async with Client(_stdio(data), read_timeout_seconds=60) as client:
+    async with Client(server(data, ADMIN_KEY), read_timeout_seconds=60) as client:
         tools = await client.list_tools()
         done = await asyncio.to_thread(cli, data, *args)
     return len(tools.tools), done
