@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from appliance import __version__
 from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, settings_for
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, ConfigError
+
+if TYPE_CHECKING:
+    from appliance.db.locks import Held
 
 
 @main.command()
@@ -34,8 +37,8 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
 
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    prepare_data_dir(settings)
     held = _hold_serving(Path(settings.data_dir))  # for the process's lifetime: kill -9 drops them
+    prepare_data_dir(settings)
     # Open the database and the vault once before binding: a missing, malformed or wrong
     # master key (or a database that cannot open) exits 2 here with its message.
     run(settings, _check_sound)
@@ -51,19 +54,20 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
         lock.release()
 
 
-def _hold_serving(data: Path) -> list[Any]:
+def _hold_serving(data: Path) -> list[Held]:
     """The runner's shared hold (keeps `restore` away) and the one-serve-per-data-dir lock."""
     from appliance.db import locks
 
+    data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    held: list[Held] = []
     try:
-        runner = locks.runner(data)
+        held.append(locks.runner(data))
+        held.append(locks.server(data))
     except ApplianceError as exc:
-        fail(exc.public_message, 1)
-    try:
-        return [runner, locks.server(data)]
-    except ApplianceError as exc:
-        runner.release()
-        fail(exc.public_message, 1)
+        for lock in held:
+            lock.release()
+        fail(exc.public_message, 2 if isinstance(exc, ConfigError) else 1)
+    return held
 
 
 async def _check_sound(rt: Any) -> None:
