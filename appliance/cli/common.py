@@ -11,6 +11,7 @@ import asyncio
 import functools
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -77,8 +78,15 @@ def run(settings: config.Settings, work: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await rt.close()
 
+    from appliance.db import locks
+
     try:
-        return asyncio.run(main())
+        data = Path(settings.data_dir)
+        data.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Shared, while the database is open (all of `stdio`'s life): `restore` is refused
+        # meanwhile, and a command started during a restore is refused.
+        with locks.runner(data):
+            return asyncio.run(main())
     except ConfigError as exc:
         fail(exc.public_message, 2)
     except ApplianceError as exc:

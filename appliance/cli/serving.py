@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from appliance import __version__
 from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, settings_for
-from appliance.errors import ApplianceError
+from appliance.errors import ApplianceError, ConfigError
+
+if TYPE_CHECKING:
+    from appliance.db.locks import Held
 
 
 @main.command()
@@ -33,6 +37,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
 
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    held = _hold_serving(Path(settings.data_dir))  # for the process's lifetime: kill -9 drops them
     prepare_data_dir(settings)
     # Open the database and the vault once before binding: a missing, malformed or wrong
     # master key (or a database that cannot open) exits 2 here with its message.
@@ -45,6 +50,24 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     app.ctx.bound_address = sock.getsockname()[:2]
     app.ctx.listen_socket = sock  # closed to new connections first thing at SIGTERM
     app.run(sock=sock, single_process=True, access_log=False, motd=False, protocol=TrackedProtocol)
+    for lock in held:
+        lock.release()
+
+
+def _hold_serving(data: Path) -> list[Held]:
+    """The runner's shared hold (keeps `restore` away) and the one-serve-per-data-dir lock."""
+    from appliance.db import locks
+
+    data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    held: list[Held] = []
+    try:
+        held.append(locks.runner(data))
+        held.append(locks.server(data))
+    except ApplianceError as exc:
+        for lock in held:
+            lock.release()
+        fail(exc.public_message, 2 if isinstance(exc, ConfigError) else 1)
+    return held
 
 
 async def _check_sound(rt: Any) -> None:

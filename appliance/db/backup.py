@@ -52,7 +52,7 @@ def backup(source: Path, target: Path, *, force: bool = False) -> BackupReport:
     try:
         _snapshot(source, partial)
         version = _verify(partial)
-        _fsync(partial)
+        fsync_path(partial)
         if force:
             os.replace(partial, target)
         else:
@@ -61,7 +61,7 @@ def backup(source: Path, target: Path, *, force: bool = False) -> BackupReport:
             except FileExistsError:
                 raise Conflict(f"{target} exists; pass --force to replace it", field="path") from None
             os.unlink(partial)
-        _fsync(target.parent)
+        fsync_path(target.parent)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
@@ -109,7 +109,8 @@ def _verify(path: Path) -> int:
         conn.close()
 
 
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Make a file's bytes, or a directory's entries, durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -82,6 +82,34 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def check_opens(settings: Settings, wrapped: list[tuple[int, bytes]]) -> None:
+    """ConfigError unless the configured master key opens every ``(version, wrapped)`` data key.
+
+    For a database that is not open yet (a backup about to be restored): the start-up rule
+    without its side effect, since no key file is ever created here.
+    """
+    if not wrapped:
+        return
+    master, where = read_master_key(settings)
+    if master is None:
+        raise ConfigError(
+            f"the backup's vault holds secrets but there is no master key ({where} is missing and "
+            "TOOLSPOKE_MASTER_KEY is not set); put the key that was in use when the backup was "
+            "taken in place first. Nothing was changed.",
+            field="master_key",
+        )
+    kek = Sealer(master, _KEK_LABEL)
+    for version, blob in wrapped:
+        try:
+            kek.open(blob, context("vault_keys", version, "key"))
+        except SealError:
+            raise ConfigError(
+                f"the master key from {where} does not open the backup's vault (data key version "
+                f"{version}); use the key that was in use when the backup was taken. Nothing was changed.",
+                field="master_key",
+            ) from None
+
+
 class Vault:
     """Seals and opens secrets; holds the master key and the data keys it has opened."""
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import os
 import select
 import shutil
@@ -24,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install, query
 from tests.support.clients import connect
-from tests.support.servers import ADMIN_KEY, REPO, Appliance, running_appliance
+from tests.support.servers import ADMIN_KEY, REPO, Appliance, running_appliance, state_files
 
 pytestmark = pytest.mark.e2e
 ENV = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_DEMO": "false"}
@@ -92,13 +91,12 @@ def test_a_damaged_database_refuses_to_start_naming_the_file_and_nothing_is_recr
     shutil.copytree(pristine, data)
     db = data / "toolspoke.db"
     damage(db)
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in data.iterdir() if p.is_file()}
+    before = state_files(data)
     done = _serve(data)
     assert done.returncode == 2, done.stdout + done.stderr
     assert str(db) in done.stderr and says in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
-    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in data.iterdir() if p.is_file()}
-    assert after == before
+    assert state_files(data) == before
     if damage is _newer_schema:
         newest = max(int(p.name[:4]) for p in (REPO / "migrations").glob("*.sql"))
         assert "schema version 9999" in done.stderr and f"({newest})" in done.stderr

@@ -6,6 +6,7 @@ with what it printed, instead of hanging the suite.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -54,6 +55,16 @@ def cli(
     return subprocess.run(
         [*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO, check=False
     )
+
+
+def state_files(data_dir: Path) -> dict[str, str]:
+    """Every file of a data directory with its SHA-256; not the lock files, which hold no state
+    (``serve.lock`` records the pid of whoever served last)."""
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(data_dir.iterdir())
+        if p.is_file() and p.suffix != ".lock"
+    }
 
 
 def import_mcp(app: Appliance, *args: str) -> dict[str, Any]:
