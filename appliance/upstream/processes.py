@@ -32,7 +32,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 from appliance.errors import UpstreamError
 from appliance.secret import Redactor
@@ -174,9 +174,9 @@ class StdioProcess:
                     child.fail(UpstreamError(f"stdio server {self.name!r} closed its stdin"))
                     self._check(child)
                 pipe = child.transport.get_pipe_transport(0) if child.transport else None
-                if not isinstance(pipe, asyncio.WriteTransport):
+                if pipe is None:  # not isinstance: uvloop's pipes do not subclass asyncio's
                     raise UpstreamError(f"stdio server {self.name!r} has no stdin")
-                pipe.write(line + b"\n")
+                cast(asyncio.WriteTransport, pipe).write(line + b"\n")
                 if touch:
                     self.touch()
                 await child.writable.wait()

@@ -15,7 +15,7 @@ import os
 import signal
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from appliance.errors import UpstreamError
 
@@ -101,9 +101,9 @@ class Child(asyncio.SubprocessProtocol):
 
     # -- pipe events (called by asyncio, synchronously) -------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.SubprocessTransport)
-        self.transport = transport
-        self.pid = transport.get_pid()
+        # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
+        self.transport = cast(asyncio.SubprocessTransport, transport)
+        self.pid = self.transport.get_pid()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
         if fd == 1:
@@ -214,9 +214,10 @@ class Child(asyncio.SubprocessProtocol):
         return line
 
     def _pipe_reading(self, *, pause: bool) -> None:
-        pipe = self.transport.get_pipe_transport(1) if self.transport else None
-        if not isinstance(pipe, asyncio.ReadTransport) or pipe.is_closing():
+        found = self.transport.get_pipe_transport(1) if self.transport else None
+        if found is None or found.is_closing():
             return
+        pipe = cast(asyncio.ReadTransport, found)  # uvloop's pipes do not subclass asyncio's
         if pause:
             pipe.pause_reading()
         else:
