@@ -33,6 +33,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
+# A commit on the event loop (``Database.write_now``) slower than this turns the loop path off
+# for INLINE_PAUSE_S: the disk is slow or stalling, and the loop must not wait on it.
+INLINE_SLOW_S = 0.005
+INLINE_PAUSE_S = 10.0
 CACHE_KIB = 32 * 1024
 MMAP_BYTES = 512 * 1024 * 1024
 READERS = 2
@@ -134,6 +138,11 @@ def _run_batch(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
 
 def _run_transaction(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
     conn.execute("BEGIN IMMEDIATE")
+    return _run_begun(conn, fn)
+
+
+def _run_begun(conn: sqlean.Connection, fn: Callable[[SyncReader], T]) -> T:
+    """``fn`` then COMMIT in a transaction already begun; ROLLBACK if anything fails."""
     try:
         result = _run_batch(conn, fn)
         conn.execute("COMMIT")
@@ -215,6 +224,8 @@ class Database:
         # Counts this process's commits, so a cache of derived figures (the ledger's) can tell
         # that another writer changed the database without asking it.
         self.generation = 0
+        self._inline_paused_until = 0.0
+        self.inline_commits = 0  # how many commits ran on the loop (shown by the benches)
 
     async def open(self, migrations_dir: Path, readers: int = READERS) -> None:
         from appliance.db.migrate import apply_migrations
@@ -388,6 +399,46 @@ class Database:
                 raise _storage_error(exc) from exc
             self.generation += 1
             return result
+
+    def write_now(self, fn: Callable[[SyncReader], T]) -> tuple[T] | None:
+        """``fn`` in ``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer, here on the event loop.
+
+        For a lone small commit, where the writer thread's hop there and back costs more
+        than the commit. Returns ``(result,)``, or None without doing anything when it
+        cannot run now: the writer is busy in this process (its lock is held, so its
+        thread is idle whenever we get past that check), another process holds SQLite's
+        write lock (no busy wait on the loop: ``busy_timeout`` is 0 for the BEGIN), or a
+        recent commit here took over INLINE_SLOW_S. ``fn`` must be quick and must not touch
+        the event loop; if it raises, nothing of it is committed.
+        """
+        writer = self._writer
+        if writer is None or self._write_lock.locked():
+            return None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if started < self._inline_paused_until:
+            return None
+        conn: sqlean.Connection = writer._conn
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlean.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return None  # another process is writing: wait for it on the thread
+                raise
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            result = _run_begun(conn, fn)
+        except sqlean.OperationalError as exc:
+            raise _storage_error(exc) from exc
+        finally:
+            if loop.time() - started > INLINE_SLOW_S:
+                self._inline_paused_until = loop.time() + INLINE_PAUSE_S
+                log.info("a commit on the event loop was slow; committing on the writer thread for a while")
+        self.generation += 1
+        self.inline_commits += 1
+        return (result,)
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[WriteTx]:

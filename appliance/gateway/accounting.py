@@ -121,26 +121,31 @@ def audited(fn: CallFn) -> CallFn:
     ) -> CallResult:
         attempt = Attempt(principal, str(name)[:256], kw.get("runner"), time.time(), time.perf_counter())
         token = _CURRENT.set(attempt)
+        rt.book.calls_open += 1  # a lone call's row may be committed without the thread hop
         try:
-            limit(rt, principal)
-            result = await fn(rt, principal, name, arguments, **kw)
-        except ApplianceError as exc:
-            _classify(attempt, exc)
+            try:
+                limit(rt, principal)
+                result = await fn(rt, principal, name, arguments, **kw)
+            except ApplianceError as exc:
+                _classify(attempt, exc)
+                await _acknowledge(_record(rt, attempt))
+                _timed(attempt)
+                raise
+            except BaseException:
+                # Cancelled (the client went away) or a bug. Once sent, the upstream may have
+                # acted, so the fee is charged; before, it is let go. The row is queued, not
+                # awaited: we are unwinding.
+                attempt.outcome = "upstream_error" if attempt.sent else "blocked"
+                attempt.reason = "interrupted"
+                _record(rt, attempt)
+                raise
+            finally:
+                _CURRENT.reset(token)
             await _acknowledge(_record(rt, attempt))
             _timed(attempt)
-            raise
-        except BaseException:
-            # Cancelled (the client went away) or a bug. Once sent, the upstream may have
-            # acted, so the fee is charged; before, it is let go. The row is queued, not
-            # awaited: we are unwinding.
-            attempt.outcome, attempt.reason = ("upstream_error" if attempt.sent else "blocked"), "interrupted"
-            _record(rt, attempt)
-            raise
+            return result
         finally:
-            _CURRENT.reset(token)
-        await _acknowledge(_record(rt, attempt))
-        _timed(attempt)
-        return result
+            rt.book.calls_open -= 1
 
     return wrapper
 

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlean
 
-from appliance.db import Database
+from appliance.db import Database, connection
 from appliance.db.migrate import default_migrations_dir
-from appliance.errors import Conflict, QuotaExhausted
+from appliance.errors import Conflict, QuotaExhausted, StorageError
 from appliance.ledger import store
 from appliance.ledger.book import Book, Reservation
 from appliance.ledger.store import AuditRow
@@ -361,5 +362,94 @@ def test_audit_rows_older_than_the_retention_are_pruned_and_charges_stay(tmp_pat
                 charges = await conn.one("SELECT count(*) AS n FROM ledger_entries WHERE kind = 'charge'")
             assert len(ages) == 1 and ages[0]["at"] > time.time() - 86400
             assert charges["n"] == 1
+
+    run(scenario())
+
+
+async def audit_count(db: Database) -> int:
+    async with db.read() as conn:
+        return int((await conn.one("SELECT count(*) AS n FROM audit_log"))["n"])
+
+
+def test_a_lone_call_is_committed_on_the_loop_and_concurrent_calls_share_a_batch(tmp_path: Path) -> None:
+    """The lone call's row is durable when ``record`` returns (no writer-thread hop); with more
+    calls open, rows queue for the group commit exactly as before."""
+
+    async def scenario() -> None:
+        async with opened(tmp_path) as (db, book):
+            await grant(book, 5000)
+            book.calls_open = 1
+            before = db.inline_commits
+            res = await book.reserve(1, 1, toolkit="kit")
+            durable = book.record(row(), res)
+            assert durable.done() and db.inline_commits == before + 1
+            assert await audit_count(db) == 1
+            assert book.balances[1].milli == 4000 and book.balances[1].held_milli == 0
+            book.calls_open = 2
+            queued = book.record(row())
+            assert not queued.done() and db.inline_commits == before + 1
+            await queued
+            assert await audit_count(db) == 2
+
+    run(scenario())
+
+
+def test_a_commit_on_the_loop_steps_aside_while_another_process_writes_and_never_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """Another process (the CLI) holding SQLite's write lock: the loop does not wait out the busy
+    timeout; the row takes the writer thread and lands once the other process commits."""
+
+    async def scenario() -> None:
+        async with opened(tmp_path) as (db, book):
+            book.calls_open = 1
+            other = sqlean.connect(str(tmp_path / "t.db"), isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
+            durable = book.record(row())
+            assert time.monotonic() - started < 0.5  # the busy timeout is 5 s
+            assert not durable.done() and db.inline_commits == 0
+            other.execute("COMMIT")
+            other.close()
+            await durable
+            assert await audit_count(db) == 1
+            async with db.write():  # this process's writer busy: the loop path steps aside too
+                assert db.write_now(lambda r: r.one("SELECT 1")) is None
+
+    run(scenario())
+
+
+def test_a_slow_commit_on_the_loop_sends_the_next_ones_to_the_writer_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> None:
+        async with opened(tmp_path) as (db, book):
+            book.calls_open = 1
+            monkeypatch.setattr(connection, "INLINE_SLOW_S", -1.0)  # every commit counts as slow
+            assert book.record(row()).done()
+            assert db.inline_commits == 1
+            monkeypatch.setattr(connection, "INLINE_SLOW_S", 1.0)
+            durable = book.record(row())
+            assert not durable.done()
+            await durable
+            assert db.inline_commits == 1 and await audit_count(db) == 2
+
+    run(scenario())
+
+
+def test_a_failed_commit_on_the_loop_commits_nothing_and_reports_a_storage_error(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with opened(tmp_path) as (db, book):
+
+            def work(r: Any) -> None:
+                r.one("INSERT INTO users (name) VALUES ('half')")
+                raise sqlean.OperationalError("disk I/O error")
+
+            with pytest.raises(StorageError):
+                db.write_now(work)
+            async with db.read() as conn:
+                assert await conn.one("SELECT 1 FROM users WHERE name = 'half'") is None
+            book.calls_open = 1  # and the next lone call commits on the loop as before
+            assert book.record(row()).done() and await audit_count(db) == 1
 
     run(scenario())
