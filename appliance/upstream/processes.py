@@ -17,7 +17,8 @@ Lifecycle (one ``StdioProcess`` per toolkit, at most one live child)::
 The child runs in its own session (``start_new_session=True``), so its process group id is
 its pid and every stop signals the whole group: ``npx`` wrappers and their ``node``
 grandchildren go together (peers/NOTES.md). Stop follows the MCP lifecycle for stdio: close
-stdin, then SIGTERM, then SIGKILL. The direct child is reaped by asyncio's child watcher;
+stdin, then SIGTERM, then SIGKILL. The direct child is spawned and reaped by ``spawn.py``
+(Popen, a pidfd, ``waitpid``), the same on the stock asyncio loop and on uvloop;
 grandchildren are reparented to init when the leader dies, and init reaps them.
 
 The child's environment is exactly ``policy.base_env`` plus ``spec.env`` (RELIABILITY A9,
@@ -36,6 +37,7 @@ from typing import Any, cast
 
 from appliance.errors import UpstreamError
 from appliance.secret import Redactor
+from appliance.upstream.spawn import spawn
 from appliance.upstream.stdio_child import Child as _Child
 from appliance.upstream.stdio_spec import (  # noqa: F401 - re-exported: callers import them from here
     DEFAULT_ALLOWED_EXECUTABLES,
@@ -128,21 +130,9 @@ class StdioProcess:
         # Current before the exec: an instant crash reports to this process, not to nobody.
         self._child = self._last_child = child
         self.state = State.STARTING
-        loop = asyncio.get_running_loop()
         try:
             self.cwd.mkdir(parents=True, exist_ok=True, mode=0o700)
-            await loop.subprocess_exec(
-                lambda: child,
-                executable,
-                *self.spec.args,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,
-                close_fds=True,
-            )
+            await spawn(child, [executable, *self.spec.args], env=env, cwd=self.cwd)
         except OSError as exc:
             self._child = None
             self._spawn_failed(f"cannot start {self.spec.command!r}: {exc.strerror or exc}")

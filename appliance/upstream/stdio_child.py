@@ -1,7 +1,7 @@
 """One spawned stdio child: its pipes, its queued stdout lines, its end and its termination.
 
 ``StdioProcess`` (``processes.py``) owns the lifecycle and creates one ``Child`` per spawn;
-the child is asyncio's protocol for the subprocess: it splits stdout into lines (JSON only,
+the child is the protocol of the subprocess ``spawn.py`` starts: it splits stdout into lines (JSON only,
 bounded, with back-pressure), keeps the last stderr lines (redacted), records why it ended
 and stops its whole process group (stdin closed, SIGTERM, SIGKILL, then the group swept).
 """
@@ -18,6 +18,7 @@ from collections import deque
 from typing import TYPE_CHECKING, cast
 
 from appliance.errors import UpstreamError
+from appliance.upstream.spawn import ChildTransport
 
 if TYPE_CHECKING:
     from appliance.upstream.processes import StdioProcess
@@ -76,7 +77,7 @@ class Child(asyncio.SubprocessProtocol):
         self.policy = owner.policy
         self.line_limit = max(owner.policy.max_line_bytes, owner.spec.max_line_bytes or 0)
         self.generation = generation
-        self.transport: asyncio.SubprocessTransport | None = None
+        self.transport: ChildTransport | None = None
         self.pid = 0
         self.spawned_at = owner.clock()
         self.returncode: int | None = None
@@ -101,8 +102,7 @@ class Child(asyncio.SubprocessProtocol):
 
     # -- pipe events (called by asyncio, synchronously) -------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A cast, not an isinstance check: uvloop's transports do not subclass asyncio's.
-        self.transport = cast(asyncio.SubprocessTransport, transport)
+        self.transport = cast(ChildTransport, transport)  # spawn.py's, always
         self.pid = self.transport.get_pid()
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:

@@ -29,6 +29,7 @@ from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.upstream.reach import tcp_reachable
 from appliance.upstream.transport import Egress
 from tests.support.echo_upstream import EchoUpstream
+from tests.support.loops import LOOPS, LoopFactory, run_on
 from tests.unit.test_egress_guard import refusal, run, upstream
 from tests.unit.upstream_server import RecordingServer, serving
 
@@ -216,8 +217,9 @@ def test_every_encoded_form_of_a_secret_is_redacted_and_short_or_unrelated_text_
     )
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_in_log_and_tail(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, loop: LoopFactory
 ) -> None:
     """VAULT-08 / I-4: a stdio child gets its own vault variable; its stderr echo is redacted."""
     token = "CANARY-stdio-" + os.urandom(8).hex()
@@ -243,7 +245,7 @@ def test_a_stdio_child_gets_its_vault_variable_and_its_stderr_echo_is_redacted_i
             await proc.aclose()
 
     with caplog.at_level(logging.INFO):
-        error = run(main())
+        error = run_on(loop, main())
     assert error.data["stderr"] == [f"token is {REDACTED}"]  # the child did read the variable
     assert token not in caplog.text and "token is [redacted]" in caplog.text
 

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from appliance.errors import UpstreamError
+from appliance.upstream import spawn
 from appliance.upstream.processes import (
     ProcessRegistry,
     State,
@@ -31,6 +32,7 @@ from appliance.upstream.processes import (
     StdioSpecRejected,
     check_spec,
 )
+from tests.support.loops import LOOPS, LoopFactory, run_on
 
 PY = sys.executable
 UPSTREAM_SERVER = Path(__file__).resolve().parents[3] / "shared" / "peers" / "upstream_server.py"
@@ -43,12 +45,20 @@ while line := sys.stdin.buffer.readline():
 """
 
 
-def run(coro: Coroutine[Any, Any, None], seconds: float = 30.0) -> None:
-    async def bounded() -> None:
-        async with asyncio.timeout(seconds):
-            await coro
+# Every case runs on the stock asyncio loop and on uvloop (the ``loop`` fixture below): the
+# supervisor must behave alike on both.
+_loop: list[LoopFactory] = [asyncio.new_event_loop]
 
-    asyncio.run(bounded())
+
+def run(coro: Coroutine[Any, Any, None], seconds: float = 30.0) -> None:
+    run_on(_loop[0], coro, seconds)
+
+
+@pytest.fixture(autouse=True, params=LOOPS)
+def loop(request: pytest.FixtureRequest) -> Iterator[LoopFactory]:
+    _loop[0] = request.param
+    yield request.param
+    _loop[0] = asyncio.new_event_loop
 
 
 class FakeClock:
@@ -735,6 +745,43 @@ def test_an_executable_that_cannot_be_run_fails_cleanly(tmp_path: Path) -> None:
             await proc.start()
         assert info.value.reason == "upstream_unavailable"
         assert proc.state is State.CRASHED and proc.pid is None
+        await proc.aclose()
+
+    run(main())
+
+
+def test_each_case_runs_on_the_loop_it_names(loop: LoopFactory) -> None:
+    async def main() -> None:
+        running = type(asyncio.get_running_loop()).__module__
+        assert running.startswith("uvloop" if loop is not asyncio.new_event_loop else "asyncio")
+
+    run(main())
+
+
+def test_without_a_pidfd_an_exit_is_found_by_polling_and_the_child_reaped(
+    tmp_path: Path, policy: StdioPolicy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel without pidfd_open (Linux < 5.3): lines still flow, a crash is still noticed
+    within about a second with its status, and the child is reaped (no zombie)."""
+    monkeypatch.setattr(spawn, "_pidfd_open", lambda pid: None)
+    body = """
+    import sys
+    line = sys.stdin.buffer.readline()
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+    sys.exit(4)
+    """
+
+    async def main() -> None:
+        proc = StdioProcess("polled", script(tmp_path, body), policy)
+        await proc.start()
+        await proc.write_line(b'{"n": 1}')
+        assert await proc.read_line() == b'{"n": 1}'
+        started = time.monotonic()
+        with pytest.raises(UpstreamError, match="exited with status 4"):
+            await proc.read_line()
+        assert time.monotonic() - started < 1.5
+        assert proc.returncode == 4
         await proc.aclose()
 
     run(main())
