@@ -40,6 +40,20 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[dict[
         return json.loads(resp.read()), dict(resp.headers)
 
 
+def _process_maps(pid: int) -> list[str]:
+    """The memory maps of ``pid`` and its descendants (the one-file bootloader runs the app in a
+    child process)."""
+    found = []
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        root = Path(f"/proc/{current}")
+        found.append((root / "maps").read_text())
+        for task in (root / "task").iterdir():
+            pending += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 def main() -> int:
     binary = Path(sys.argv[1]).resolve()
     size_mb = binary.stat().st_size / 1e6
@@ -132,10 +146,13 @@ def main() -> int:
         )
         ranking = hybrid["result"]["structuredContent"]["ranking"]
         assert ranking == "hybrid", hybrid
+        loop = "uvloop" if any("uvloop" in maps for maps in _process_maps(proc.pid)) else "asyncio"
+        assert loop == "uvloop", "the binary serves on the stock loop: uvloop is missing from the bundle"
     finally:
         proc.terminate()
         proc.wait(timeout=15)
-    print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s, search {ranking}")
+    print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s", end="")
+    print(f", search {ranking}, loop {loop}")
     return 0
 
 

@@ -66,8 +66,25 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def run(settings: config.Settings, work: Callable[[Any], Awaitable[T]]) -> T:
-    """Open the runtime, run one operation, close; ApplianceErrors become exit 1."""
+def serving_loop() -> asyncio.AbstractEventLoop:
+    """The loop ``serve`` runs on (web/app.py): uvloop where installed, else the stock one."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run(
+    settings: config.Settings,
+    work: Callable[[Any], Awaitable[T]],
+    *,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+) -> T:
+    """Open the runtime, run one operation, close; ApplianceErrors become exit 1.
+
+    ``loop_factory``: ``serving_loop`` for a long-running face (``stdio``); a one-shot
+    command keeps the stock loop (its few calls gain nothing from uvloop)."""
     from appliance.gateway.runtime import Runtime
 
     async def main() -> T:
@@ -85,8 +102,8 @@ def run(settings: config.Settings, work: Callable[[Any], Awaitable[T]]) -> T:
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Shared, while the database is open (all of `stdio`'s life): `restore` is refused
         # meanwhile, and a command started during a restore is refused.
-        with locks.runner(data):
-            return asyncio.run(main())
+        with locks.runner(data), asyncio.Runner(loop_factory=loop_factory) as runner:
+            return runner.run(main())
     except ConfigError as exc:
         fail(exc.public_message, 2)
     except ApplianceError as exc:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from appliance import __version__
-from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, settings_for
+from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, serving_loop, settings_for
 from appliance.errors import ApplianceError, ConfigError
 
 if TYPE_CHECKING:
@@ -132,4 +132,4 @@ def stdio(data_dir: str | None, config_file: str | None) -> None:
     if not settings.api_key:
         fail("toolspoke stdio needs an API key in TOOLSPOKE_API_KEY", 2)
     key = settings.api_key
-    run(settings, lambda rt: serve_stdio(rt, key))
+    run(settings, lambda rt: serve_stdio(rt, key), loop_factory=serving_loop)  # as serve's
