@@ -167,8 +167,10 @@ class ChildTransport(asyncio.SubprocessTransport):
         for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if stream is not None:
                 stream.close()
-        self._popen.wait()  # just SIGKILLed: returns at once
-        self._returncode = self._popen.returncode
+        # Just SIGKILLed, so at once; a child stuck in the kernel is left to Popen, which
+        # reaps it when a later Popen is made, rather than block the loop.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._returncode = self._popen.wait(timeout=1.0)
 
 
 async def spawn(

@@ -113,6 +113,8 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         await idempotency.recover(rt)
         app.ctx.rt = rt
 
+    shutdown.keep_early_stop_signals(app)  # a SIGTERM just after the ready line still stops
+
     @app.after_server_start
     async def announce(app: Sanic) -> None:
         rt: Runtime = app.ctx.rt

@@ -20,7 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
+from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from sanic import Sanic
@@ -66,3 +69,57 @@ def stop_listening(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None
         loop.remove_reader(sock.fileno())
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
+
+
+# How often the start-up check looks whether the server loop runs (it runs within a few ms).
+_RUNNING_CHECK_S = 0.02
+Handler = Callable[[int, FrameType | None], Any]
+
+
+def keep_early_stop_signals(app: Sanic) -> None:
+    """A SIGTERM or SIGINT that arrives just as the server starts still stops it.
+
+    Sanic registers its stop handler, runs the ``after_server_start`` listeners in one run of
+    the loop and then serves in another. A stop in the first run only ends that run, and
+    uvloop does not listen for signals between two runs (a signal that lands then is noted by
+    its handler but the loop is never woken for it): either way the server would serve on,
+    and a supervisor's SIGTERM right after the ready line waited for its kill. So the stop
+    handler is ours: the loop's handler and the Python-level handler both note the signal,
+    and the stop happens in the serving run, once (a signal both saw stops it once).
+    """
+    requested: list[int] = []
+    stopped: list[bool] = []
+
+    def stop_when_serving() -> None:
+        # ``is_running`` is set between the two runs: true here means the serving run.
+        if requested and app.state.is_running and not stopped:
+            stopped.append(True)
+            app.stop(terminate=False)
+
+    def on_signal(signum: int) -> None:
+        requested.append(signum)
+        stop_when_serving()
+
+    def noting(previous: Handler) -> Handler:
+        def handler(signum: int, frame: FrameType | None) -> None:
+            requested.append(signum)
+            previous(signum, frame)
+
+        return handler
+
+    def check(loop: asyncio.AbstractEventLoop) -> None:
+        if app.state.is_running:
+            stop_when_serving()
+        else:
+            loop.call_later(_RUNNING_CHECK_S, check, loop)
+
+    @app.after_server_start  # the first of them (web/app.py): before the ready line is printed
+    async def take_stop_signals(app: Sanic) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, on_signal, sig)  # in place of Sanic's (same stop)
+                previous = signal.getsignal(sig)
+                if callable(previous):
+                    signal.signal(sig, noting(previous))
+        loop.call_later(_RUNNING_CHECK_S, check, loop)

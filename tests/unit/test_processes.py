@@ -219,7 +219,8 @@ def test_a_child_inherits_no_open_descriptor_and_gets_its_arguments_without_a_sh
     tmp_path: Path, policy: StdioPolicy
 ) -> None:
     """VAULT-08: no descriptor of the gateway (the database, a socket) reaches the child,
-    even one marked inheritable; arguments arrive as given, never through a shell."""
+    even one marked inheritable, on either loop (uvloop's subprocess_exec ignores close_fds);
+    arguments arrive as given, never through a shell."""
     leaked = os.open(tmp_path / "toolspoke.db", os.O_RDWR | os.O_CREAT, 0o600)
     os.set_inheritable(leaked, True)
     body = """
