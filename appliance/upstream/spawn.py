@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import cast
-
-log = logging.getLogger(__name__)
 
 # Exit polling when the kernel has no pidfd: a crash is still noticed well within a second.
 _POLL_S = 0.1

@@ -54,7 +54,7 @@ def _touchup_possible() -> bool:
 def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app: Sanic = Sanic(name)
     app.config.TOUCHUP = _touchup_possible()
-    # uvloop where installed (~0.1-0.3 ms less CPU per proxied call; `toolspoke stdio` uses
+    # uvloop where installed (less CPU per call than the stock loop; `toolspoke stdio` uses
     # it too, cli/common.py); the stock asyncio loop where it is absent (Windows, PyPy). The
     # stdio supervisor spawns and watches children itself (upstream/spawn.py), alike on both.
     app.config.USE_UVLOOP = importlib.util.find_spec("uvloop") is not None
