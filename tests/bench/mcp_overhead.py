@@ -1,6 +1,6 @@
 """Gateway overhead on tools/call to a fast local MCP upstream, in both protocol eras.
 
-Run from the repo root: ``.venv/bin/python tests/bench/mcp_overhead.py [--rounds N] [--seconds S]``.
+Run from the repo root: ``.venv/bin/python tests/bench/mcp_overhead.py [--slices N] [--think-ms T]``.
 
 One upstream (``../shared/peers/upstream_server.py``, streamable HTTP, ``--stateless
 --json-response``: no session, no SSE, as fast as the SDK serves) and one real appliance
@@ -18,10 +18,23 @@ per concurrent worker, each kept open across its calls; the tool is the upstream
 - ``slug``: ``/mcp/up``, the toolkit's own endpoint, under the upstream name ``add``;
 
 each in the 2026-07-28 era (``mode="auto"``, checked to negotiate it without fallback) and
-the 2025-11-25 era (``mode="legacy"``, initialize handshake), with 1, 10 and 50 concurrent
-clients. Measurements are interleaved over rounds (default 3) so drift hits every path alike;
-the one-client figure is taken with only that client open;
-latency percentiles pool every round's samples, calls/s is the median of the rounds.
+the 2025-11-25 era (``mode="legacy"``, initialize handshake).
+
+The one-client overhead (the issue's target) is measured with one client per path open at
+once, the paths taking turns in short slices (default 20 of 0.2 s each, the order rotating),
+so that the machine's drift, which on a shared two-core box moves a path's p50 by a third
+between seconds, falls on every path alike. It is taken twice:
+
+- back to back: each client calls again as soon as it has its answer;
+- paced: each client waits ``--think-ms`` (default 10 ms) after every answer, as an agent
+  does between calls. Every process on the path has gone idle by the next call, so each
+  call pays cold caches and a wake-up per process it crosses: the direct path crosses one
+  (the upstream), the gateway path two more (the gateway, twice). Expect both p50s, and the
+  overhead, to be higher than back to back.
+
+Then 10 and 50 concurrent clients per path (calls/s, p50, p99), interleaved over rounds
+(default 3); latency percentiles pool every round's samples, calls/s is the median of the
+rounds.
 
 Caveat on the SDK client: it re-lists tools after every call to a tool it has not seen in
 ``tools/list`` (to validate structured output). The bridge does not list ``up__add``, so the
@@ -61,7 +74,7 @@ from tests.support.servers import Appliance, cli, running_appliance
 
 ERAS = {"auto": "2026-07-28", "legacy": "2025-11-25"}
 PATHS = ("direct", "name", "bridge", "slug")
-CONCURRENCY = (1, 10, 50)
+CONCURRENCY = (10, 50)  # one client: ``sliced``
 HANDSHAKES = ("initialize", "server/discover")
 ARGS = {"a": 2, "b": 3}
 CALL_TIMEOUT_S = 30.0
@@ -265,8 +278,11 @@ class Pool:
         await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 60)
 
 
-async def measure(pool: Pool, concurrency: int, seconds: float) -> tuple[list[float], float]:
-    """``concurrency`` clients of the pool call for ``seconds``: every latency, and calls/s."""
+async def measure(
+    pool: Pool, concurrency: int, seconds: float, think_s: float = 0.0
+) -> tuple[list[float], float]:
+    """``concurrency`` clients of the pool call for ``seconds``: every latency, and calls/s.
+    With ``think_s``, each client waits that long after every answer (not timed)."""
     latencies: list[float] = []
     target = pool.target
     start = time.perf_counter()
@@ -279,10 +295,67 @@ async def measure(pool: Pool, concurrency: int, seconds: float) -> tuple[list[fl
             await call(client, target)
             latencies.append(time.perf_counter() - t0)
             done += 1
+            if think_s:
+                await asyncio.sleep(think_s)
         return done
 
     total = sum(await pool.run(concurrency, work))
     return latencies, total / (time.perf_counter() - start)
+
+
+@dataclass
+class Slices:
+    """One client per path, the paths taking turns in short slices: latencies per slice."""
+
+    slices: dict[tuple[str, str, bool], list[list[float]]] = field(default_factory=dict)
+    versions: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def pooled(self, path: str, mode: str, paced: bool) -> list[float]:
+        return [x for sl in self.slices[(path, mode, paced)] for x in sl]
+
+    def overhead(self, path: str, mode: str, paced: bool, q: float = 0.5) -> float:
+        return pct(self.pooled(path, mode, paced), q) - pct(self.pooled("direct", mode, paced), q)
+
+    def blocks(self, path: str, mode: str, paced: bool, n: int = 4) -> str:
+        """The p50 overhead in ``n`` consecutive stretches of the run: how steady it was."""
+        gw, direct = self.slices[(path, mode, paced)], self.slices[("direct", mode, paced)]
+        size = max(1, len(gw) // n)
+        out = []
+        for i in range(0, len(gw) - size + 1, size):
+            g = [x for sl in gw[i : i + size] for x in sl]
+            d = [x for sl in direct[i : i + size] for x in sl]
+            out.append(f"{pct(g, 0.5) - pct(d, 0.5):+.2f}")
+        return ", ".join(out)
+
+
+def rotated(i: int) -> tuple[str, ...]:
+    k = i % len(PATHS)
+    return PATHS[k:] + PATHS[:k]
+
+
+async def sliced(
+    kits: dict[str, Target], schema: dict[str, Any] | None, count: int, slice_s: float, think_s: float
+) -> Slices:
+    """The one-client figures: per era, one SDK client per path open at once; ``count``
+    slices back to back, then ``count`` paced ones (twice as long: fewer calls fit)."""
+    out = Slices()
+    for mode in ERAS:
+        pools = {path: Pool(kits[path], mode, schema) for path in PATHS}
+        try:
+            for pool in pools.values():
+                await pool.start(1)
+            for paced, think, length in ((False, 0.0, slice_s), (True, think_s, 2 * slice_s)):
+                for i in range(count):
+                    for path in rotated(i):
+                        latencies, _ = await measure(pools[path], 1, length, think)
+                        out.slices.setdefault((path, mode, paced), []).append(latencies)
+            for path, pool in pools.items():
+                out.versions[(path, mode)] = pool.versions
+        finally:
+            for pool in pools.values():
+                await pool.close()
+        print(f"one-client slices, {ERAS[mode]}: done", file=sys.stderr, flush=True)
+    return out
 
 
 async def runner_of(app: Appliance, tool: str) -> str:
@@ -308,61 +381,81 @@ def auth(app: Appliance) -> dict[str, str]:
     return {"Authorization": f"Bearer {app.key}"}
 
 
-async def wire_phase(kits: dict[str, Target], rounds: int, seconds: float) -> dict[str, list[list[float]]]:
+def _wire_request(target: Target) -> bytes:
+    headers, body = modern_tools_call("-", target.tool, target.arguments)
+    headers = {k: v for k, v in headers.items() if k != "Authorization"} | target.headers
+    url = urllib.parse.urlsplit(target.url)
+    payload = json.dumps(body).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return (
+        f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+        f"{head}Content-Length: {len(payload)}\r\n\r\n"
+    ).encode() + payload
+
+
+async def _wire_call(
+    path: str, request: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> float:
+    t0 = time.perf_counter()
+    writer.write(request)
+    answer_head = await reader.readuntil(b"\r\n\r\n")
+    length = int(answer_head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+    answer = json.loads(await reader.readexactly(length))
+    elapsed = time.perf_counter() - t0
+    if not answer_head.startswith(b"HTTP/1.1 200") or answer["result"].get("isError"):
+        raise RuntimeError(f"{path}: {answer}")
+    return elapsed
+
+
+async def wire_phase(kits: dict[str, Target], count: int, slice_s: float, think_s: float) -> Slices:
     """One light client (the 2026-07-28 request's bytes prebuilt, the answer framed by its
-    Content-Length) per path, interleaved over ``rounds``: what the gateway adds, without the
+    Content-Length) per path, in slices like ``sliced``: what the gateway adds, without the
     SDK client's own per-call cost (1.5 ms of CPU here) sharing the two cores."""
-    out: dict[str, list[list[float]]] = {path: [] for path in PATHS}
-    for _ in range(rounds):
+    out = Slices()
+    mode = "auto"
+    conns = {}
+    try:
         for path in PATHS:
-            target = kits[path]
-            headers, body = modern_tools_call("-", target.tool, target.arguments)
-            headers = {k: v for k, v in headers.items() if k != "Authorization"} | target.headers
-            url = urllib.parse.urlsplit(target.url)
-            payload = json.dumps(body).encode()
-            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-            request = (
-                f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
-                f"{head}Content-Length: {len(payload)}\r\n\r\n"
-            ).encode() + payload
+            url = urllib.parse.urlsplit(kits[path].url)
             reader, writer = await asyncio.open_connection(url.hostname, url.port)
-            latencies: list[float] = []
-            try:
-                stop = time.perf_counter() + seconds
-                first = True
-                while time.perf_counter() < stop:
-                    t0 = time.perf_counter()
-                    writer.write(request)
-                    answer_head = await reader.readuntil(b"\r\n\r\n")
-                    length = int(answer_head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
-                    answer = json.loads(await reader.readexactly(length))
-                    if not answer_head.startswith(b"HTTP/1.1 200") or answer["result"].get("isError"):
-                        raise RuntimeError(f"{path}: {answer}")
-                    if not first:  # the first call warms the connection
-                        latencies.append(time.perf_counter() - t0)
-                    first = False
-            finally:
-                writer.close()
-            out[path].append(latencies)
+            conns[path] = (_wire_request(kits[path]), reader, writer)
+            await _wire_call(path, *conns[path])  # the first call warms the connection
+        for paced, think, length in ((False, 0.0, slice_s), (True, think_s, 2 * slice_s)):
+            for i in range(count):
+                for path in rotated(i):
+                    latencies: list[float] = []
+                    stop = time.perf_counter() + length
+                    while time.perf_counter() < stop:
+                        latencies.append(await _wire_call(path, *conns[path]))
+                        if think:
+                            await asyncio.sleep(think)
+                    out.slices.setdefault((path, mode, paced), []).append(latencies)
+    finally:
+        for _, _, writer in conns.values():
+            writer.close()
     return out
 
 
-def wire_report(rows: dict[str, list[list[float]]]) -> None:
-    print("\nLight client, 2026-07-28, one client (prebuilt request bytes on a kept-alive socket):\n")
-    print("| path | calls | p50 | p99 | overhead p50 | overhead p99 | p50 overhead per round |")
-    print("|---|---|---|---|---|---|---|")
-    direct = [x for r in rows["direct"] for x in r]
-    for path in PATHS:
-        pooled = [x for r in rows[path] for x in r]
-        per_round = ", ".join(
-            f"{pct(g, 0.5) - pct(d, 0.5):+.2f}" for d, g in zip(rows["direct"], rows[path], strict=True)
-        )
-        over = "—" if path == "direct" else f"{pct(pooled, 0.5) - pct(direct, 0.5):+.2f}"
-        over99 = "—" if path == "direct" else f"{pct(pooled, 0.99) - pct(direct, 0.99):+.2f}"
-        print(
-            f"| {path} | {len(pooled)} | {pct(pooled, 0.5):.2f} | {pct(pooled, 0.99):.2f} | {over} "
-            f"| {over99} | {'—' if path == 'direct' else per_round} |"
-        )
+def slices_report(title: str, s: Slices, modes: tuple[str, ...], think_s: float) -> None:
+    print(f"\n{title}\n")
+    print(
+        "| era | path | calls | p50 | overhead p50 | overhead p99 | p50 overhead by quarter of the run "
+        f"| paced ({think_s * 1000:g} ms think): calls | p50 | overhead p50 | overhead p99 | by quarter |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for mode in modes:
+        for path in PATHS:
+            cells = []
+            for paced in (False, True):
+                pooled = s.pooled(path, mode, paced)
+                if path == "direct":
+                    cells.append(f"{len(pooled)} | {pct(pooled, 0.5):.2f} | — | — | —")
+                else:
+                    cells.append(
+                        f"{len(pooled)} | {pct(pooled, 0.5):.2f} | {s.overhead(path, mode, paced):+.2f} | "
+                        f"{s.overhead(path, mode, paced, 0.99):+.2f} | {s.blocks(path, mode, paced)}"
+                    )
+            print(f"| {ERAS[mode]} | {path} | {cells[0]} | {cells[1]} |")
 
 
 def targets(app: Appliance, upstream_url: str, slug: str, runner: str) -> dict[str, Target]:
@@ -496,31 +589,17 @@ def report(samples: dict[tuple[str, str, int], Sample], rounds: int) -> None:
                     f"{p50:.2f} | {pct(s.latencies, 0.99):.2f} | {over} | {statistics.median(s.rates):.0f} "
                     f"| {cpu} |"
                 )
-    print("\nSummary, one client (the target: p50 overhead ≤ 2 ms):\n")
-    print("| era | path | overhead p50 (ms) | overhead p99 (ms) | p50 overhead per round (ms) |")
-    print("|---|---|---|---|---|")
-    for mode, era in ERAS.items():
-        direct = samples[("direct", mode, 1)].latencies
-        for path in PATHS[1:]:
-            gw = samples[(path, mode, 1)].latencies
-            print(
-                f"| {era} | {path} | {pct(gw, 0.5) - pct(direct, 0.5):+.2f} | "
-                f"{pct(gw, 0.99) - pct(direct, 0.99):+.2f} | "
-                f"{per_round(samples, path, mode)} |"
-            )
-
-
-def per_round(samples: dict[tuple[str, str, int], Sample], path: str, mode: str) -> str:
-    """The p50 overhead of each round on its own: the spread shows how noisy the machine was."""
-    direct = samples[("direct", mode, 1)].rounds
-    gateway = samples[(path, mode, 1)].rounds
-    return ", ".join(f"{pct(g, 0.5) - pct(d, 0.5):+.2f}" for d, g in zip(direct, gateway, strict=True))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=0.8, help="timed seconds per measurement")
+    parser.add_argument("--seconds", type=float, default=0.8, help="timed seconds per concurrent block")
+    parser.add_argument("--slices", type=int, default=20, help="one-client slices per path, era and pacing")
+    parser.add_argument(
+        "--slice-seconds", type=float, default=0.2, help="one back-to-back slice (paced: twice)"
+    )
+    parser.add_argument("--think-ms", type=float, default=10.0, help="paced clients' wait after each answer")
     parser.add_argument(
         "--clients", type=int, nargs="+", default=list(CONCURRENCY), help="concurrent clients to time"
     )
@@ -554,16 +633,24 @@ def main() -> None:
             runner = asyncio.run(runner_of(app, "up__add"))
             schema = asyncio.run(output_schema(upstream_url))
             kits = targets(app, upstream_url, "up", runner)
+            think_s = args.think_ms / 1000
+            one = asyncio.run(sliced(kits, schema, args.slices, args.slice_seconds, think_s))
             samples = asyncio.run(
                 timed(kits, args.rounds, args.seconds, schema, app.proc.pid, tuple(args.clients))
             )
-            wire = asyncio.run(wire_phase(kits, args.rounds, args.seconds))
+            wire = asyncio.run(wire_phase(kits, args.slices, args.slice_seconds, think_s))
             counted = targets(app, upstream_url, "upc", runner)
             at_import = proxy_counts(proxy_port)
             rows = asyncio.run(handshake_phase(counted, proxy_port, args.handshake_calls))
             total = proxy_counts(proxy_port)
+    print("\nOne client per path, the paths taking turns in short slices (ms; overhead = gateway minus")
+    print("direct, same pacing; the target: p50 overhead ≤ 2 ms). Negotiated:", end=" ")
+    print("; ".join(f"{p} {ERAS[m]}: {', '.join(sorted(v))}" for (p, m), v in sorted(one.versions.items())))
+    slices_report("Official SDK client:", one, tuple(ERAS), think_s)
+    slices_report(
+        "Light client, 2026-07-28 (prebuilt request bytes on a kept-alive socket):", wire, ("auto",), think_s
+    )
     report(samples, args.rounds)
-    wire_report(wire)
     print("\nUpstream requests seen by the counting proxy in front of toolkit `upc` (handshakes =")
     print("`initialize` + `server/discover`; counted calls come from 10 concurrent SDK clients):\n")
     print(
