@@ -246,16 +246,16 @@ def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         owner_call=attempt.owner,
     )
     kit = tool.toolkit if tool else ""
-    telemetry.CALLS.labels(kit, tool.kind if tool else "unknown", attempt.outcome).inc()
+    telemetry.child(telemetry.CALLS, kit, tool.kind if tool else "unknown", attempt.outcome).inc()
     if attempt.upstream_s:
-        telemetry.UPSTREAM_SECONDS.labels(kit).observe(attempt.upstream_s)
+        telemetry.child(telemetry.UPSTREAM_SECONDS, kit).observe(attempt.upstream_s)
     return rt.book.record(row, attempt.reservation)
 
 
 def _timed(attempt: Attempt) -> None:
     """The whole call as the gateway served it, the durable acknowledgement included."""
     kit = attempt.tool.toolkit if attempt.tool else ""
-    telemetry.CALL_SECONDS.labels(kit).observe(time.perf_counter() - attempt.started)
+    telemetry.child(telemetry.CALL_SECONDS, kit).observe(time.perf_counter() - attempt.started)
 
 
 async def _acknowledge(durable: asyncio.Future[Any]) -> None:

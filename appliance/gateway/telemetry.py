@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -49,6 +50,22 @@ UPSTREAM_SECONDS = Histogram(
     buckets=_LATENCY,
     registry=REGISTRY,
 )
+_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, remembered. prometheus_client checks the values and takes
+    a lock on every ``labels`` call; a tool call makes three. Only for metrics never
+    ``clear()``-ed (a cleared child would go on counting where no scrape sees it); their
+    label sets are bounded by the catalogue, and prometheus_client keeps every child anyway.
+    """
+    key = (metric, labels)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*labels)
+    return found
+
+
 SEARCH_SECONDS = Histogram(
     "toolspoke_search_seconds", "Time of a search_tools call.", buckets=_LATENCY, registry=REGISTRY
 )

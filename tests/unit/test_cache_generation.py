@@ -141,3 +141,42 @@ def test_one_look_serves_a_request_from_one_look_and_a_task_it_starts_looks_itse
         assert "k" not in db.memo()  # the next request sees the change
 
     with_db(path, body)
+
+
+def test_the_look_reads_the_idle_writer_and_the_probe_while_the_writer_is_busy(tmp_path: Path) -> None:
+    """Idle, the writer's connection is read (its page cache survives its own commits); busy
+    (its lock held), the probe is, which never sees the writer's uncommitted rows."""
+    path = tmp_path / "t.db"
+
+    async def body(db: Database) -> None:
+        writer_conn = db._writer._conn if db._writer is not None else None
+        assert writer_conn is not None
+        seen: list[Any] = []
+        original = generation.read
+
+        def spying(conn: Any, sql: str = generation.COUNTER_SQL) -> int:
+            seen.append(conn)
+            return original(conn, sql)
+
+        generation.read = spying  # type: ignore[assignment]
+        try:
+            db.memo()["k"] = "remembered"
+            await next_turn()
+            assert db.memo().get("k") == "remembered"
+            assert seen[-1] is writer_conn
+            async with db.write() as tx:
+                await tx.run("INSERT INTO users (name) VALUES ('not-yet-committed')")
+                await next_turn()
+                assert db.memo().get("k") == "remembered"  # uncommitted: no change yet
+                assert seen[-1] is not writer_conn
+            await next_turn()
+            assert "k" not in db.memo()  # committed: the next look sees it
+            elsewhere(path, "UPDATE users SET name = 'renamed' WHERE name = 'not-yet-committed'")
+            db.memo()["k"] = "again"
+            await next_turn()
+            assert "k" not in db.memo()  # another process's commit, through the idle writer
+            assert seen[-1] is writer_conn
+        finally:
+            generation.read = original  # type: ignore[assignment]
+
+    with_db(path, body)

@@ -321,3 +321,42 @@ def test_batch_memo_is_cleared_by_a_commit_from_another_process_connection(tmp_p
             assert await conn.batch(lambda r: dict(r.memo)) == {}
 
     with_db(db_path, MIGRATIONS, body, readers=1)
+
+
+def test_the_writer_waits_for_another_writers_lock_on_its_thread_and_the_loop_never_waits(
+    tmp_path: Path,
+) -> None:
+    """The writer's own busy_timeout is 0 (the loop shares its connection); ``write()`` and
+    ``write_batch`` wait for a foreign write lock in our code, on the writer's thread."""
+    import threading
+    import time
+
+    path = tmp_path / "t.db"
+
+    async def body(db: Database) -> None:
+        other = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+            started = time.monotonic()
+            release.start()
+            assert db.write_now(lambda r: r.one("SELECT 1")) is None  # declined, not waited
+            assert time.monotonic() - started < 0.2
+            async with db.write() as tx:  # waits for the other writer, then proceeds
+                await tx.run("CREATE TABLE t (x)")
+            assert time.monotonic() - started >= 0.25
+            release.join(5)
+            other.execute("BEGIN IMMEDIATE")
+            release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+            started = time.monotonic()
+            release.start()
+            assert await db.write_batch(lambda r: r.one("INSERT INTO t VALUES (1) RETURNING x")[0]) == 1
+            assert time.monotonic() - started >= 0.25
+            release.join(5)
+        finally:
+            other.close()
+        writer = db._writer
+        assert writer is not None
+        assert writer._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+
+    with_db(path, MIGRATIONS, body)
