@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,11 +120,38 @@ def decode(value: str) -> str | None:
     return value if _FIELD_VALUE.fullmatch(value) else None
 
 
+_REMEMBERED: OrderedDict[int, tuple[Any, dict[Path, str] | None]] = OrderedDict()
+_REMEMBER_MAX = 1024
+
+
+def _annotated_valid(schema: Any) -> dict[Path, str] | None:
+    """``annotated_params`` of a catalogue tool's schema, None when invalid; remembered.
+
+    Every call walks its tool's whole input schema twice (the check of a toolkit endpoint's
+    headers, then the headers sent upstream), and a tool's schema object is shared and never
+    changed: the catalogue's memo hands out the same ``Tool`` until the database changes. So
+    the walk is remembered by object identity; the entry holds the schema itself, so its id
+    cannot be reused by another object while remembered. Callers must not change the result.
+    """
+    key = id(schema)
+    hit = _REMEMBERED.get(key)
+    if hit is not None and hit[0] is schema:
+        _REMEMBERED.move_to_end(key)
+        return hit[1]
+    try:
+        found: dict[Path, str] | None = annotated_params(schema)
+    except InvalidAnnotation:
+        found = None
+    _REMEMBERED[key] = (schema, found)
+    if len(_REMEMBERED) > _REMEMBER_MAX:
+        _REMEMBERED.popitem(last=False)
+    return found
+
+
 def headers_for(schema: Any, arguments: Mapping[str, Any]) -> dict[str, str]:
     """The ``Mcp-Param-*`` headers a call with ``arguments`` carries ({} for an invalid schema)."""
-    try:
-        annotated = annotated_params(schema)
-    except InvalidAnnotation:
+    annotated = _annotated_valid(schema)
+    if not annotated:
         return {}
     out = {}
     for path, token in annotated.items():
@@ -150,9 +178,8 @@ def mismatch(schema: Any, arguments: Mapping[str, Any], headers: Mapping[str, li
     ``headers``: lower-case header names to every value received. A schema with invalid
     annotations has no recognised headers. Headers no annotation names are ignored.
     """
-    try:
-        annotated = annotated_params(schema)
-    except InvalidAnnotation:
+    annotated = _annotated_valid(schema)
+    if not annotated:
         return None
     for path, token in annotated.items():
         name = f"Mcp-Param-{token}"

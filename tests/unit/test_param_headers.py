@@ -103,3 +103,23 @@ def test_a_server_refuses_headers_that_disagree_naming_the_header(
 ) -> None:
     problem = mismatch(SCHEMA, args, headers)
     assert problem is not None and "Mcp-Param-" in problem and why in problem
+
+
+def test_the_call_path_walk_is_remembered_per_schema_object_and_stays_right() -> None:
+    from appliance.upstream import param_headers
+
+    first = {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "R"}}}
+    assert headers_for(first, {"r": "eu"}) == {"Mcp-Param-R": "eu"}
+    assert headers_for(first, {"r": "us"}) == {"Mcp-Param-R": "us"}  # remembered walk, new values
+    remembered = id(first)
+    del first  # the memory holds it: its id cannot go to the next schema
+    second = {"type": "object", "properties": {"s": {"type": "string", "x-mcp-header": "S"}}}
+    assert id(second) != remembered
+    assert headers_for(second, {"s": "x"}) == {"Mcp-Param-S": "x"}
+    invalid = {"properties": {"a": {"type": "number", "x-mcp-header": "A"}}}
+    for _ in range(2):  # the refusal is remembered too: no headers, no mismatch
+        assert headers_for(invalid, {"a": 1}) == {}
+        assert mismatch(invalid, {"a": 1}, {}) is None
+    for i in range(param_headers._REMEMBER_MAX + 10):
+        headers_for({"properties": {f"p{i}": {"type": "string"}}}, {})
+    assert len(param_headers._REMEMBERED) == param_headers._REMEMBER_MAX
