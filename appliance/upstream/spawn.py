@@ -24,10 +24,33 @@ import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import IO, cast
 
 # Exit polling when the kernel has no pidfd: a crash is still noticed well within a second.
 _POLL_S = 0.1
+
+
+def _transport_file(loop: asyncio.AbstractEventLoop, stream: IO[bytes]) -> IO[bytes]:
+    """The pipe file to hand ``connect_*_pipe``: one whose descriptor is closed exactly once.
+
+    The stock loop's pipe transport closes the file it was given: that file is ``stream``.
+    uvloop's has libuv close the descriptor and then closes the file object as well, a
+    second close of the same number. It fails with EBADF, unless another thread (SQLite's,
+    a log writer's) opened a file between the two and was given that number: then it is
+    that file that gets closed. So under uvloop the transport gets a duplicate of the
+    descriptor wrapped in a file that does not own it (``closefd=False``), and ``stream``
+    is closed here, by its owner, once.
+    """
+    if type(loop).__module__.split(".", 1)[0] != "uvloop":
+        return stream
+    fd = os.dup(stream.fileno())  # non-inheritable, as Popen's own ends
+    try:
+        wrapper = open(fd, "wb" if stream.writable() else "rb", buffering=0, closefd=False)  # noqa: SIM115
+    except BaseException:
+        os.close(fd)
+        raise
+    stream.close()
+    return wrapper
 
 
 def _pidfd_open(pid: int) -> int | None:
@@ -201,11 +224,17 @@ async def spawn(
     try:
         # The pipe transports own the pipe files from here (each closes its file).
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
-        stdin, _ = await loop.connect_write_pipe(transport._pipe_protocol(0), popen.stdin)
+        stdin, _ = await loop.connect_write_pipe(
+            transport._pipe_protocol(0), _transport_file(loop, popen.stdin)
+        )
         transport._attach(0, stdin)
-        stdout, _ = await loop.connect_read_pipe(transport._pipe_protocol(1), popen.stdout)
+        stdout, _ = await loop.connect_read_pipe(
+            transport._pipe_protocol(1), _transport_file(loop, popen.stdout)
+        )
         transport._attach(1, stdout)
-        stderr, _ = await loop.connect_read_pipe(transport._pipe_protocol(2), popen.stderr)
+        stderr, _ = await loop.connect_read_pipe(
+            transport._pipe_protocol(2), _transport_file(loop, popen.stderr)
+        )
         transport._attach(2, stderr)
     except BaseException:
         transport._abandon()
