@@ -1,9 +1,10 @@
 """Putting a backup in place of the database: a checked copy first, then one rename.
 
-``stage`` copies the backup beside the database under a temporary name (0600, fsynced) and
-checks that copy, the very bytes that will be put in place: an SQLite file, sound
-(``integrity_check``, ``foreign_key_check``), a toolspoke database (its ``schema_migrations``
-names the migrations this binary ships) at a schema version this binary can migrate. It
+``stage`` copies the backup beside the database under a temporary name (0600, fsynced), with
+the backup's ``-wal`` folded in when one lies beside it, and checks that copy, the very
+bytes that will be put in place: an SQLite file, sound (``integrity_check``,
+``foreign_key_check``), a toolspoke database (its ``schema_migrations`` names the
+migrations this binary ships) at a schema version this binary can migrate. It
 also hands back the backup's wrapped data keys, for the caller to try the master key on.
 Nothing under the database's own names has been touched by then.
 
@@ -62,15 +63,45 @@ def stage(backup: Path, db: Path, migrations: Path | None = None) -> Staged:
     # One fixed name: restores run one at a time (the caller holds the data directory alone).
     staged = db.with_name(f"{_STAGED}{db.name}")
     try:
+        wal = Path(f"{backup}-wal")
         try:
             _copy(backup, staged)
+            if wal.is_file() and wal.stat().st_size > 0:
+                _copy(wal, Path(f"{staged}-wal"))
         except OSError as exc:
             raise ApplianceError(f"cannot copy {backup} into {db.parent}: {exc.strerror}") from None
+        _fold(staged, backup)
         version, keys = _verify(staged, backup, migrations or default_migrations_dir())
         return Staged(staged, staged.stat().st_size, version, keys)
     except BaseException:
         discard(staged)
         raise
+
+
+def _fold(staged: Path, backup: Path) -> None:
+    """Fold a ``-wal`` copied with the backup into the staged copy, then remove it.
+
+    A backup can come with a ``-wal`` beside it: a pre-restore copy whose WAL could not be
+    folded in before it was kept (step 2 above), or a database copied with its WAL. Its
+    latest commits live only there, so restoring the main file alone would silently lose
+    them; what is checked and put in place is the file with the WAL folded in.
+    """
+    wal = Path(f"{staged}-wal")
+    if not wal.exists():
+        return
+    try:
+        conn = _connect(str(staged), writer=True)
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+    except (sqlean.Error, ApplianceError) as exc:
+        raise InvalidParams(f"{backup}-wal cannot be folded into the copy: {exc}", field="backup") from None
+    if int(busy) != 0:
+        raise InvalidParams(f"{backup}-wal cannot be folded into the copy (busy)", field="backup")
+    for leftover in (wal, Path(f"{staged}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
 
 
 def discard(staged: Path) -> None:

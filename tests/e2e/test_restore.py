@@ -30,7 +30,7 @@ import pytest
 from appliance.db import locks
 from tests.e2e.test_backup import ENV, GRANT, _books_balance, _paid_toolkit
 from tests.e2e.test_stdio_face import server
-from tests.e2e.test_storage_faults import _newer_schema, _scribble_mid_page, _truncate
+from tests.e2e.test_storage_faults import HOT_WAL, _newer_schema, _scribble_mid_page, _truncate
 from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, query
 from tests.support.clients import Client, modern_tools_call
 from tests.support.servers import ADMIN_KEY, FIXTURES, REPO, Appliance, cli, running_appliance, state_files
@@ -179,6 +179,30 @@ def test_a_restore_brings_the_backed_up_state_back_and_the_appliance_serves_it_w
         assert sorted(p.name for p in data.iterdir() if "restore" in p.name) == [kept.name]
     finally:
         upstream.close()
+
+
+def test_a_backup_with_a_wal_beside_it_is_restored_with_that_wal_folded_in(
+    sealed: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The way back: a pre-restore copy whose WAL could not be folded in is kept with its
+    -wal beside it. Restoring the main file alone would lose the commits that live only in
+    that WAL; the staged copy gets them folded in, and the backup is left as it was."""
+    data, _ = _copy(sealed, tmp_path)
+    source = tmp_path / "kept" / "toolspoke.db.pre-restore-20261130T000000Z"
+    source.parent.mkdir()
+    shutil.copy(sealed[1], source)
+    subprocess.run([sys.executable, "-c", HOT_WAL, str(source)], check=True, timeout=30)
+    wal = Path(f"{source}-wal")
+    assert wal.stat().st_size > 0
+    with closing(sqlite3.connect(f"file:{source}?immutable=1", uri=True)) as main_only:
+        tables = main_only.execute("SELECT name FROM sqlite_schema WHERE type = 'table'").fetchall()
+    assert ("scratch",) not in tables  # the main file alone lacks the last commit
+    before = (source.read_bytes(), wal.read_bytes())
+    done = cli(data, "restore", str(source), "--json", env=LOCAL)
+    assert done.returncode == 0, done.stderr
+    assert query(data, "SELECT note FROM scratch") == [("committed before the crash",)]
+    assert (source.read_bytes(), wal.read_bytes()) == before  # the backup is read, never changed
+    assert not [p.name for p in data.iterdir() if p.name.startswith(".restore-")]
 
 
 def test_a_wrong_or_missing_master_key_is_refused_before_anything_changes(

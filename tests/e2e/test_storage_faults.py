@@ -134,6 +134,7 @@ def _held(db: Path, begin: str) -> Iterator[None]:
 HOT_WAL = """
 import os, sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode = WAL")  # already so for a live database; a backup is not
 conn.execute("PRAGMA wal_autocheckpoint = 0")
 conn.execute("CREATE TABLE scratch (note TEXT)")
 conn.execute("INSERT INTO scratch VALUES ('committed before the crash')")
