@@ -126,7 +126,10 @@ def _quick(schema: Any) -> Check | None:
 
 @functools.lru_cache(maxsize=4096)
 def _quick_for(schema_json: bytes) -> Check | None:
-    return _quick(orjson.loads(schema_json))
+    try:
+        return _quick(orjson.loads(schema_json))
+    except RecursionError:  # a pathologically deep schema: jsonschema's to judge
+        return None
 
 
 def _describe(err: ValidationError) -> tuple[str, str]:
@@ -155,11 +158,13 @@ def validate_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Non
     """Raise ArgumentsInvalid (field = JSON pointer) when ``arguments`` break ``schema``."""
     text = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     quick = _quick_for(text)
-    if quick is not None and quick(arguments):
-        return
-    validator = _validator(text)
     try:
-        errors = list(validator.iter_errors(arguments))
+        if quick is not None and quick(arguments):
+            return
+    except RecursionError:
+        pass  # deep enough to exhaust the stack: jsonschema decides (and refuses cleanly)
+    try:
+        errors = list(_validator(text).iter_errors(arguments))
     except (RecursionError, jsonschema.exceptions.SchemaError, LookupError, ValueError):
         # An unresolvable $ref or a pathological schema: refuse the call, do not crash.
         raise ArgumentsInvalid(

@@ -142,3 +142,26 @@ def test_the_quick_check_never_accepts_what_jsonschema_refuses_on_random_schemas
             elif not valid:
                 refused += 1
     assert accepted > 1000 and refused > 1000  # both sides were exercised
+
+
+def test_a_stack_deep_schema_or_value_never_escapes_as_a_recursion_error() -> None:
+    import sys
+
+    depth = 100  # 200 levels: within orjson's nesting limit (what can be stored at all)
+    schema: dict[str, Any] = {"type": "object"}
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"n": schema}}
+        value = {"n": value}
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(250)  # as if the call ran this deep in the stack already
+    try:
+        validation._quick_for.cache_clear()
+        try:
+            validate_arguments(schema, value)
+        except ArgumentsInvalid as refused:  # jsonschema's own recursion guard refused it
+            assert refused.field == "/"
+    finally:
+        sys.setrecursionlimit(limit)
+        validation._quick_for.cache_clear()
+    validate_arguments(schema, value)  # with the usual stack, the quick check accepts it
