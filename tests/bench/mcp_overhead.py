@@ -225,8 +225,8 @@ class Pool:
     """``size`` open SDK clients, each held by its own task (anyio scopes exit where they entered).
 
     Opening a client costs tens of milliseconds (an httpx client and its TLS context, then the
-    handshake or ``server/discover``), so within one path-and-era block the pool grows from 1
-    to 10 to 50 clients and is closed after (holding all 400 open at once slowed every path).
+    handshake or ``server/discover``), so within one path-and-era block the pool grows from 10
+    to 50 clients and is closed after (holding all 400 open at once slowed every path).
     """
 
     def __init__(self, target: Target, mode: str, schema: dict[str, Any] | None) -> None:
@@ -500,7 +500,7 @@ async def timed(
                 pool = Pool(kits[path], mode, schema)
                 try:
                     for concurrency in concurrencies:
-                        await pool.start(concurrency)  # c=1 runs with one client open, c=10 with ten
+                        await pool.start(concurrency)  # c=10 runs with ten clients open, c=50 with fifty
                         cpu_before = cpu_seconds(pid)
                         latencies, rate = await measure(pool, concurrency, seconds)
                         cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000 / max(1, len(latencies))
