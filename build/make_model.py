@@ -7,7 +7,7 @@ torch are never installed). Output, in ``appliance/search/model/``:
 - ``minilm-l6-v2-int8.onnx``: the BERT encoder written out op by op from the weights (opset 17),
   mean pooling over the attention mask and L2 normalisation inside the graph, then dynamic int8
   quantisation with per-channel weights (quality within noise of fp32 on the bench sets, a
-  fifth of the latency, a quarter of the size: ``../shared/bench/retrieval/EMBEDDERS.md``);
+  fifth of the latency, a quarter of the size: ``docs/search.md``);
 - ``tokenizer.json``: the model's WordPiece tokenizer, as shipped;
 - ``MODEL_NOTICE.txt``: where the weights come from and their licence.
 

@@ -2,7 +2,7 @@
 
 Run from the repo root: ``.venv/bin/python tests/bench/mcp_overhead.py [--slices N] [--think-ms T]``.
 
-One upstream (``../shared/peers/upstream_server.py``, streamable HTTP, ``--stateless
+One upstream (``tests/support/upstream_server.py``, streamable HTTP, ``--stateless
 --json-response``: no session, no SSE, as fast as the SDK serves) and one real appliance
 (``toolspoke serve``) on loopback. The upstream is imported twice: ``up`` straight at the
 upstream (the timed toolkit) and ``upc`` through a small counting HTTP proxy (a separate

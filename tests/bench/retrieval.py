@@ -1,7 +1,7 @@
 """Retrieval quality of the search agents get, on every public bench set (dev queries).
 
 Run from the repo root: ``.venv/bin/python tests/bench/retrieval.py [--lexical-only]``. For each
-data set in ``../shared/bench/retrieval/`` it makes a fresh data directory, runs the real CLI
+data set in ``bench/data/retrieval/`` it makes a fresh data directory, runs the real CLI
 (``toolspoke import catalog``, ``toolspoke backfill`` with the bundled local model, then
 ``toolspoke eval --json --ranking lexical|semantic|hybrid``: the same search as
 ``search_tools``), and prints Recall@1/5/10, nDCG@10, MRR and latency against the targets,
@@ -24,7 +24,7 @@ from pathlib import Path
 import retrieval_cv
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO.parent / "shared" / "bench" / "retrieval"
+BENCH = REPO / "bench" / "data" / "retrieval"
 SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
 TARGET_NDCG = {
     "lexical": {"toolbench": 0.70, "bfcl-live": 0.71, "metatool": 0.60, "livemcpbench": 0.35},

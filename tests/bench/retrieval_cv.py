@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-BENCH = REPO.parent / "shared" / "bench" / "retrieval"
+BENCH = REPO / "bench" / "data" / "retrieval"
 WEIGHTS = (0.42, 0.45, 0.48, 0.51, 0.54)
 BOOSTS = (0.0, 0.1, 0.15, 0.2, 0.25)
 

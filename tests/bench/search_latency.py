@@ -29,7 +29,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search_tools
 from appliance.search import fts, metrics
 
-BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench" / "retrieval"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "data" / "retrieval"
 SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
 _VENDOR_TEXT = "acme contoso globex initech umbrella stark wayne hooli vandelay soylent tyrell cyberdyne"

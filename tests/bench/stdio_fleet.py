@@ -4,7 +4,7 @@ Run from the repo root: ``.venv/bin/python tests/bench/stdio_fleet.py [--toolkit
 
 A real appliance (``toolspoke serve``) with ``TOOLSPOKE_STDIO_IDLE_S=5`` (so the idle stop is
 seen within seconds; the default is 600) and health probes off. Twenty toolkits ``s01..s20``
-are imported with the real CLI, each running ``../shared/peers/upstream_server.py`` over stdio
+are imported with the real CLI, each running ``tests/support/upstream_server.py`` over stdio
 (``UPSTREAM_TRANSPORT=stdio``). Figures come from ``/proc``: the gateway's VmRSS, and every
 process below it (children and their descendants) with their RSS and state.
 

@@ -1,6 +1,6 @@
 """Upstream health end to end: a real appliance probing a real MCP server that stops and returns.
 
-The upstream (``../shared/peers/upstream_server.py``, streamable HTTP) sits behind a tiny
+The upstream (``tests/support/upstream_server.py``, streamable HTTP) sits behind a tiny
 recording proxy, because the server itself keeps no log of what it was sent: the proxy
 records the JSON-RPC method of every message, so the test can show that probes sent only
 ``ping``/``server/discover`` (and handshakes), never ``tools/call``. "Stopping the upstream"

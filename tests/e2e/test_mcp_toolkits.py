@@ -1,6 +1,6 @@
 """MCP servers as toolkits, end to end: a real appliance, real upstreams, the official SDK.
 
-Upstreams: ``../shared/peers/upstream_server.py`` over streamable HTTP (a process the test
+Upstreams: ``tests/support/upstream_server.py`` over streamable HTTP (a process the test
 starts) and over stdio (a child the gateway spawns), and npm server-everything over stdio.
 Each is imported with the real CLI; an SDK client then searches, describes and runs their
 tools through the bridge.

@@ -1,7 +1,7 @@
 """The gateway's MCP client against REAL upstream servers over HTTP.
 
 Peers, each started by the tests on a free loopback port and stopped with its whole process
-group: ``../shared/peers/upstream_server.py`` (official Python SDK 2.3: streamable HTTP in
+group: ``tests/support/upstream_server.py`` (official Python SDK 2.3: streamable HTTP in
 its stateful SSE, JSON, stateless and bearer variants, and legacy HTTP+SSE) and npm
 ``@modelcontextprotocol/server-everything`` (TypeScript SDK; streamableHttp and sse), which
 ``make test`` installs into tests/peers/node_modules. Every request goes through an
@@ -69,8 +69,7 @@ def peers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def everything(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     node = shutil.which("node")
-    if node is None or not EVERYTHING.exists():
-        pytest.skip("server-everything is not installed (make test installs tests/peers)")
+    assert node is not None and EVERYTHING.exists(), "server-everything is missing (make test installs it)"
     logs = tmp_path_factory.mktemp("everything-logs")
     urls: dict[str, str] = {}
     with ExitStack() as stack:

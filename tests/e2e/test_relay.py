@@ -1,6 +1,6 @@
 """Client ↔ upstream relay on the call path: cancellation, logging, ``x-mcp-header``.
 
-A real appliance; ``tests/support/relay_upstream.py`` (the shared test upstream plus tools
+A real appliance; ``tests/support/relay_upstream.py`` (the reference test upstream plus tools
 that report what reached them) imported three times: over streamable HTTP (the gateway
 speaks 2026-07-28 to it), over legacy HTTP+SSE (2025 era) and over stdio. The official SDK
 client drives every face: ``/mcp`` in both eras, ``/mcp/<slug>``, legacy ``/sse`` and

@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import pytest
 
-from appliance.search.embedders import local_model_available
 from tests.support.clients import connect
 from tests.support.embeddings_server import EmbeddingsServer
 from tests.support.servers import ADMIN_KEY, REPO, Appliance, cli, running_appliance
@@ -72,7 +71,6 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-@pytest.mark.skipif(not local_model_available(), reason="the local model is built by `make model`")
 def test_the_local_model_serves_hybrid_search_offline_and_the_kill_switch_works_without_restart(
     tmp_path: Path,
 ) -> None:

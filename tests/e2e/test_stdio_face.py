@@ -22,7 +22,7 @@ BRIDGE = {"search_tools", "list_toolkits", "describe_tools", "use_tool", "run_to
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data = tmp_path_factory.mktemp("stdio") / "data"
     assert cli(data, "init", env={"TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}).returncode == 0
-    spec = REPO.parent / "shared" / "fixtures" / "openapi" / "oai-v3.0-petstore.yaml"
+    spec = REPO / "tests" / "fixtures" / "openapi" / "oai-v3.0-petstore.yaml"
     done = cli(
         data,
         "import",

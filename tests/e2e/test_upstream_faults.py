@@ -1,6 +1,6 @@
 """Upstream faults (RELIABILITY G) on MCP toolkits, end to end over HTTP, SSE and stdio.
 
-A real ``toolspoke serve`` in front of the reference upstream (``../shared/peers``) over
+A real ``toolspoke serve`` in front of the reference upstream (``tests/support/upstream_server.py``) over
 streamable HTTP, legacy HTTP+SSE and stdio, with a short call deadline set through
 ``TOOLSPOKE_UPSTREAM_TIMEOUT_S`` so the timeout case costs seconds, not 30.
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-UPSTREAM = ROOT.parent / "shared" / "peers" / "upstream_server.py"
+UPSTREAM = ROOT / "tests" / "support" / "upstream_server.py"
 EVERYTHING = ROOT / "tests" / "peers" / "node_modules" / ".bin" / "mcp-server-everything"
 # The npm reference servers' entry points, run as ``node <path>`` (nothing fetched at test time).
 _NPM = ROOT / "tests" / "peers" / "node_modules" / "@modelcontextprotocol"

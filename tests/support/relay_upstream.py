@@ -1,6 +1,6 @@
-"""The shared test upstream plus tools that report what the gateway relayed to it (test-only).
+"""The reference test upstream plus tools that report what the gateway relayed to it (test-only).
 
-``../shared/peers/upstream_server.py`` cannot tell a test whether a call was cancelled: its
+``tests/support/upstream_server.py`` cannot tell a test whether a call was cancelled: its
 ``slow`` tool just stops. This wraps it (same transports and flags) and adds:
 
 - ``hold(seconds)``: reports progress 0 at once (so a caller knows it runs), then waits; when
@@ -31,9 +31,9 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "shared" / "peers"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import upstream_server  # the shared peer, found through the path above
+import upstream_server  # the project's reference upstream, found through the path above
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp.types import LoggingMessageNotification, LoggingMessageNotificationParams, ToolAnnotations

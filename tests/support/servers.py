@@ -23,8 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures" / "openapi"
+FIXTURES = REPO / "tests" / "fixtures" / "openapi"
 ADMIN_KEY = "tsk_test-admin-key-0123456789abcdefghijklmnop"
 READY = re.compile(r"serving MCP on (http://\S+)/mcp")
 

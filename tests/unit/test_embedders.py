@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from appliance.gateway.semantic_egress import EmbeddingsEgress
-from appliance.search.embedders import EmbeddingError, HttpEmbedder, LocalEmbedder, local_model_available
+from appliance.search.embedders import EmbeddingError, HttpEmbedder, LocalEmbedder
 from tests.support.embeddings_server import DIM, EmbeddingsServer
 
 
@@ -100,7 +100,6 @@ def test_a_url_that_is_not_http_is_refused() -> None:
     asyncio.run(build())
 
 
-@pytest.mark.skipif(not local_model_available(), reason="the local model is built by `make model`")
 def test_the_local_model_puts_a_paraphrase_closer_than_an_unrelated_sentence() -> None:
     emb = LocalEmbedder()
     rows = emb.embed_sync(

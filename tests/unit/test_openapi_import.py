@@ -3,7 +3,6 @@ import functools
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +14,8 @@ from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.errors import ImportFailed
 from appliance.models import ToolkitDraft
+from tests.support.servers import FIXTURES
 
-FIXTURES = Path("/work/shared/fixtures/openapi")
 LIMIT = 50_000_000
 OPS = {
     "oai-v3.0-petstore.yaml": 3,
@@ -34,7 +33,6 @@ OPS = {
     "digitalocean-bundled.yaml": 659,
     "kubernetes-swagger.json": 1123,
 }
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not present")
 
 
 @functools.cache
@@ -401,7 +399,7 @@ def test_the_guide_and_description_come_from_info_and_tags():
     assert kit.description and len(kit.description) <= 300
 
 
-SMALL = spec("swagger-petstore-v3-openapi.yaml") if FIXTURES.is_dir() else {}
+SMALL = spec("swagger-petstore-v3-openapi.yaml")
 JUNK = st.one_of(
     st.none(),
     st.booleans(),

@@ -1,0 +1,78 @@
+"""A fresh clone is all the project needs: no file of it reaches outside the repository.
+
+The tests, benches, build and ``make run`` once read ``../shared`` and an absolute workspace
+path, so a clone in an ordinary directory failed at collection (and a test that skipped when
+its fixture was missing hid it). Everything now lives in the repository; this keeps it so.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# A relative climb into a sibling folder, a path built from the repository's parent, or an
+# absolute path into the workspace this project was first written in.
+OUTSIDE = re.compile(
+    r"""\.\./shared"""
+    r"""|parents?\[\d+\]\s*/\s*["']shared["']"""
+    r"""|\.parent\s*/\s*["']shared["']"""
+    r"""|["']/wor[k]/"""
+)
+# Prose may say where data came from; only code and build files are held to this.
+CHECKED = (".py", ".spec", ".toml", ".cfg", ".sh", ".json", ".yaml", ".yml", "Makefile", "run")
+
+
+def _tracked() -> list[Path]:
+    out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    me = Path(__file__).resolve()
+    return [REPO / line for line in out.splitlines() if line.endswith(CHECKED) and REPO / line != me]
+
+
+def _offenders(paths: list[Path]) -> list[str]:
+    found = []
+    for path in paths:
+        if not path.is_file() or path.stat().st_size > 2_000_000:  # data files, not code
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if OUTSIDE.search(line):
+                found.append(f"{path}:{n}: {line.strip()}")
+    return found
+
+
+def test_no_tracked_file_reads_outside_the_repository() -> None:
+    tracked = _tracked()
+    assert len(tracked) > 100, "git ls-files found too little to be this repository"
+    assert _offenders(tracked) == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'SHARED = REPO.parent / "shared"',
+        'Path(__file__).resolve().parents[3] / "shared" / "peers"',
+        'FIXTURES = Path("/wo' + 'rk/shared/fixtures/openapi")',
+        "spec = '.." + "/shared/fixtures/openapi/petstore.yaml'",
+    ],
+)
+def test_the_check_catches_each_way_a_file_once_reached_outside(tmp_path: Path, line: str) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(f"{line}\n")
+    assert len(_offenders([planted])) == 1
+
+
+def test_every_fixture_and_data_set_the_tests_use_is_in_the_repository() -> None:
+    from tests.support.peers import UPSTREAM
+    from tests.support.servers import FIXTURES
+
+    assert UPSTREAM.is_file()
+    specs = sorted(p.name for p in FIXTURES.iterdir() if p.suffix in {".json", ".yaml"})
+    assert len(specs) == 14, specs
+    assert (FIXTURES / "SOURCES.md").is_file()
+    retrieval = REPO / "bench" / "data" / "retrieval"
+    for name in ("bfcl-live", "livemcpbench", "metatool", "toolbench"):
+        for part in ("catalog.jsonl", "queries-dev.jsonl", "SOURCES.md"):
+            assert (retrieval / name / part).is_file(), f"{name}/{part}"
