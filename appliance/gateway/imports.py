@@ -143,12 +143,18 @@ async def _store(
             await index_ids(tx, [t.id for t in active])
             pending = await sync_store.stored_tools(tx, kit_id, state="pending")
             outcome = _Stored(replaced=True, changes={**plan.as_dict(), "pending": [t.name for t in pending]})
+            if draft.source_kind == "mcp":
+                # The import has just talked to the server: a health verdict on what the
+                # toolkit was before (another URL or command, perhaps) does not carry over.
+                await store.set_toolkit_health(tx, kit_id, "active", "re-imported: the server answered")
         else:
             await fts.index_tools(
                 tx, [] if approve_new else [_index_row(draft.slug, i, t) for i, t in stored]
             )
         await fts.optimize(tx)
     await rt.db.checkpoint()
+    if outcome.replaced and draft.source_kind == "mcp":
+        rt.health.forget(kit_id)  # this process's state goes too; probes judge it afresh
     rt.semantic.wake()  # the background backfill embeds the new tools
     return outcome
 
@@ -345,9 +351,20 @@ async def import_mcp(
 
 
 async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") -> int:
+    """Remove a toolkit and everything this process keeps for it; how many tools went.
+
+    Nothing outlives its toolkit: its health state, its pooled session, its stdio child and
+    that child's crash back-off, its cached OAuth token. (Another process, a ``serve`` while
+    the CLI removes, keeps what it holds by id until its next probe round; ids are never
+    reused, so no later toolkit can inherit it.)
+    """
     async with rt.db.write() as tx:
-        ids = await store.delete_toolkit(tx, slug, project=project)
+        kit_id, ids = await store.delete_toolkit(tx, slug, project=project)
         await fts.unindex(tx, ids)
         await fts.optimize(tx)
-    await rt.mcp.discard(f"{project}.{slug}")  # stops its stdio child, if any
+    key = f"{project}.{slug}"
+    rt.health.forget(kit_id)
+    rt.tokens.drop(key)
+    await rt.mcp.forget(key)  # stops its stdio child, if any, and drops its back-off
     return len(ids)
+

@@ -232,6 +232,13 @@ class McpPool:
         async with self._locks.setdefault(key, asyncio.Lock()):
             await self._close(key)
 
+    async def forget(self, key: str) -> None:
+        """The toolkit is gone: its session, its stdio child and the child's crash back-off."""
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            await self._close(key)
+            await self.processes.remove(key)
+        self._listened.discard(key)
+
     async def _close(self, key: str) -> None:
         listen = self._listens.pop(key, None)
         if listen is not None:
