@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from appliance.access import grants, limits
 from appliance.catalogue import store, sync_store
@@ -17,13 +20,16 @@ from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
-from appliance.errors import ImportFailed, UpstreamError
+from appliance.errors import ApplianceError, ImportFailed, UpstreamError
+from appliance.gateway import demo_api
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.sync import index_ids
 from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
 from appliance.upstream.processes import StdioSpec, check_spec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -368,3 +374,19 @@ async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
     await rt.mcp.forget(key)  # stops its stdio child, if any, and drops its back-off
     return len(ids)
 
+
+async def ensure_demo(rt: Runtime) -> None:
+    """Install the ``demo`` toolkit (gateway/demo_api.py) if it is missing or stale, such as
+    one pointing at a former ``serve``'s own address; one read when it is current. Someone's
+    own toolkit named ``demo`` is left alone. Never fails the caller: it only logs."""
+    if not rt.settings.demo:
+        return
+    async with rt.db.read() as conn:
+        kits = await store.find_toolkits(conn, "demo", project="default")
+    if kits and (kits[0].source != demo_api.SOURCE or kits[0].base_url == demo_api.BASE_URL):
+        return
+    try:
+        data = orjson.dumps(demo_api.openapi_spec(demo_api.ORIGIN))
+        await import_openapi(rt, demo_api.SOURCE, slug="demo", replace=True, data=data)
+    except ApplianceError as exc:
+        log.warning("could not install the demo toolkit: %s", exc.public_message)
