@@ -516,7 +516,8 @@ SETTINGS: tuple[Setting, ...] = (
         True,
         _bool,
         "Serve the built-in demo API and install it as the `demo` toolkit, so that a fresh "
-        "appliance has a tool whose calls really work with no internet.",
+        "appliance has a tool whose calls really work with no internet, on every face (`/mcp`, "
+        "`toolspoke stdio`, `toolspoke call`), with or without `serve` running.",
     ),
     Setting(
         "log_level",

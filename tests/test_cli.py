@@ -145,7 +145,7 @@ def test_a_dry_run_import_lists_the_tools_and_stores_nothing(data: Path) -> None
     assert report["dry_run"] is True
     assert report["tool_count"] == 3
     assert {t["name"] for t in report["tools"]} == {f"drypets__{n}" for n in PET_TOOLS}
-    assert toolkit_slugs(data) == ["petstore"]
+    assert toolkit_slugs(data) == ["demo", "petstore"]  # init installs the demo; nothing more
 
 
 def test_importing_into_an_existing_slug_needs_replace(data: Path, upstream: PetstoreUpstream) -> None:

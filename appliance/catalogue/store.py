@@ -124,9 +124,12 @@ async def store_toolkit(
             (*fields, kit_id),
         )
         return kit_id, None
+    # A new id, never one a removed toolkit had (migration 0012): state kept by toolkit id
+    # in any process (health, spend windows, history) must not pass to a newcomer.
     kit_id = await tx.run(
-        "INSERT INTO toolkits (project_id, slug, source_kind, title, description, guide, base_url,"
-        " source, meta, connection) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO toolkits (id, project_id, slug, source_kind, title, description, guide,"
+        " base_url, source, meta, connection)"
+        " VALUES ((SELECT last + 1 FROM toolkit_ids), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (pid, draft.slug, *fields),
     )
     stored: list[tuple[int, ToolDraft]] = []
@@ -154,14 +157,15 @@ async def store_toolkit(
     return kit_id, stored
 
 
-async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> list[int]:
+async def delete_toolkit(tx: WriteTx, slug: str, *, project: str) -> tuple[int, list[int]]:
+    """Delete a toolkit; its id and the ids of the tools that went with it."""
     pid = await project_id(tx, project)
     row = await tx.one("SELECT id FROM toolkits WHERE project_id = ? AND slug = ?", (pid, slug))
     if row is None:
         raise NotFound(f"no toolkit named {slug!r} in project {project!r}", field="toolkit")
     ids = [int(r["id"]) for r in await tx.all("SELECT id FROM tools WHERE toolkit_id = ?", (row["id"],))]
     await tx.run("DELETE FROM toolkits WHERE id = ?", (row["id"],))
-    return ids
+    return int(row["id"]), ids
 
 
 def _where(*clauses: tuple[str, list[Any]]) -> tuple[str, list[Any]]:

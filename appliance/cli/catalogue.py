@@ -172,6 +172,7 @@ def call(
 ) -> None:
     """Call a tool by its exact name, as the operator (or as --key)."""
     from appliance.gateway.calls import call_tool
+    from appliance.gateway.imports import ensure_demo
 
     try:
         arguments = orjson.loads(input_json)
@@ -181,6 +182,7 @@ def call(
         fail("--input must be a JSON object", 2)
 
     async def work(rt: Any) -> Any:
+        await ensure_demo(rt)  # a fresh or older data directory gets the demo as `serve` would
         return await call_tool(rt, await acting(rt, key), tool, arguments, project=project)
 
     result = operate(data_dir, config_file, work)

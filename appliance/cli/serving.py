@@ -92,6 +92,9 @@ def init(data_dir: str | None, config_file: str | None) -> None:
             fail(f"TOOLSPOKE_ADMIN_KEY (setting admin_key) is malformed: {exc.public_message}", 2)
 
     async def work(rt: Any) -> str | None:
+        from appliance.gateway.imports import ensure_demo
+
+        await ensure_demo(rt)  # the demo works on every face from the start, no serve needed
         async with rt.db.read() as conn:
             if await keys.has_admin_key(conn):
                 return None
@@ -132,4 +135,11 @@ def stdio(data_dir: str | None, config_file: str | None) -> None:
     if not settings.api_key:
         fail("toolspoke stdio needs an API key in TOOLSPOKE_API_KEY", 2)
     key = settings.api_key
-    run(settings, lambda rt: serve_stdio(rt, key), loop_factory=serving_loop)  # as serve's
+
+    async def work(rt: Any) -> None:
+        from appliance.gateway.imports import ensure_demo
+
+        await ensure_demo(rt)  # a data directory that predates the in-process demo
+        await serve_stdio(rt, key)
+
+    run(settings, work, loop_factory=serving_loop)  # as serve's

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from appliance.access import grants, limits
 from appliance.catalogue import store, sync_store
@@ -17,13 +20,16 @@ from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
-from appliance.errors import ImportFailed, UpstreamError
+from appliance.errors import ApplianceError, ImportFailed, UpstreamError
+from appliance.gateway import demo_api
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.sync import index_ids
 from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
 from appliance.upstream.processes import StdioSpec, check_spec
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -143,12 +149,18 @@ async def _store(
             await index_ids(tx, [t.id for t in active])
             pending = await sync_store.stored_tools(tx, kit_id, state="pending")
             outcome = _Stored(replaced=True, changes={**plan.as_dict(), "pending": [t.name for t in pending]})
+            if draft.source_kind == "mcp":
+                # The import has just talked to the server: a health verdict on what the
+                # toolkit was before (another URL or command, perhaps) does not carry over.
+                await store.set_toolkit_health(tx, kit_id, "active", "re-imported: the server answered")
         else:
             await fts.index_tools(
                 tx, [] if approve_new else [_index_row(draft.slug, i, t) for i, t in stored]
             )
         await fts.optimize(tx)
     await rt.db.checkpoint()
+    if outcome.replaced and draft.source_kind == "mcp":
+        rt.health.forget(kit_id)  # this process's state goes too; probes judge it afresh
     rt.semantic.wake()  # the background backfill embeds the new tools
     return outcome
 
@@ -345,9 +357,36 @@ async def import_mcp(
 
 
 async def remove_toolkit(rt: Runtime, slug: str, *, project: str = "default") -> int:
+    """Remove a toolkit and everything this process keeps for it; how many tools went.
+
+    Nothing outlives its toolkit: its health state, its pooled session, its stdio child and
+    that child's crash back-off, its cached OAuth token. (Another process, a ``serve`` while
+    the CLI removes, keeps what it holds by id until its next probe round; ids are never
+    reused, so no later toolkit can inherit it.)
+    """
     async with rt.db.write() as tx:
-        ids = await store.delete_toolkit(tx, slug, project=project)
+        kit_id, ids = await store.delete_toolkit(tx, slug, project=project)
         await fts.unindex(tx, ids)
         await fts.optimize(tx)
-    await rt.mcp.discard(f"{project}.{slug}")  # stops its stdio child, if any
+    key = f"{project}.{slug}"
+    rt.health.forget(kit_id)
+    rt.tokens.drop(key)
+    await rt.mcp.forget(key)  # stops its stdio child, if any, and drops its back-off
     return len(ids)
+
+
+async def ensure_demo(rt: Runtime) -> None:
+    """Install the ``demo`` toolkit (gateway/demo_api.py) if it is missing or stale, such as
+    one pointing at a former ``serve``'s own address; one read when it is current. Someone's
+    own toolkit named ``demo`` is left alone. Never fails the caller: it only logs."""
+    if not rt.settings.demo:
+        return
+    async with rt.db.read() as conn:
+        kits = await store.find_toolkits(conn, "demo", project="default")
+    if kits and (kits[0].source != demo_api.SOURCE or kits[0].base_url == demo_api.BASE_URL):
+        return
+    try:
+        data = orjson.dumps(demo_api.openapi_spec(demo_api.ORIGIN))
+        await import_openapi(rt, demo_api.SOURCE, slug="demo", replace=True, data=data)
+    except ApplianceError as exc:
+        log.warning("could not install the demo toolkit: %s", exc.public_message)

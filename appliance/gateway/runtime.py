@@ -14,6 +14,7 @@ from appliance import __version__
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.gateway import demo_api
 from appliance.gateway.semantic import Semantic
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
@@ -67,6 +68,11 @@ class Runtime:
         self.tokens = TokenCache()  # OAuth access tokens per toolkit (gateway/credentials.py)
         self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
+        # The demo API's notes, answered in process at its reserved origin (gateway/demo_api.py):
+        # every process that makes calls serves the demo itself, with no address opened.
+        self.demo_notes = demo_api.NoteStore()
+        if settings.demo:
+            self.egress.serve_locally(demo_api.ORIGIN, self.demo_notes.answer)
         # spend and accounting (gateway/accounting.py): the book, and one limiter per kind of call
         self.book = Book(
             self.db,

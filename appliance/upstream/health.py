@@ -155,7 +155,11 @@ class HealthBook:
         state = self._states.get(toolkit_id)
         return self.enforcing and state is not None and state.health is Health.BROKEN
 
+    def forget(self, toolkit_id: int) -> None:
+        """A removed toolkit's state goes with it."""
+        self._states.pop(toolkit_id, None)
+
     def keep_only(self, toolkit_ids: set[int]) -> None:
-        """Forget deleted toolkits (ids are never reused while the process runs)."""
+        """Forget deleted toolkits (removed by another process; ids are never reused)."""
         for gone in set(self._states) - toolkit_ids:
             del self._states[gone]

@@ -126,15 +126,22 @@ class McpPool:
         """After one crash the restart back-off is short: wait it out rather than fail the call.
 
         A crash loop's back-off grows past ``_MAX_BACKOFF_WAIT_S``; then the call fails at once
-        with the retry time, so a broken server cannot hold callers for long.
+        with the retry time, so a broken server cannot hold callers for long. The start is
+        tried again after each wait until it spawns: a timer may fire a moment early (uvloop
+        keeps time in milliseconds, ``retry_after_s`` is rounded), and a back-off found
+        all but over must be waited out, never turned into a refusal ("retry in 0.0s").
         """
-        try:
-            await process.start()
-        except UpstreamError as exc:
-            wait = exc.data.get("retry_after_s")
-            if not isinstance(wait, int | float) or wait > min(_MAX_BACKOFF_WAIT_S, timeout_s):
-                raise
-            await asyncio.sleep(wait)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(_MAX_BACKOFF_WAIT_S, timeout_s)
+        while True:
+            try:
+                await process.start()
+                return
+            except UpstreamError as exc:
+                wait = exc.data.get("retry_after_s")
+                if not isinstance(wait, int | float) or loop.time() + wait > deadline:
+                    raise
+                await asyncio.sleep(wait)
 
     @contextlib.asynccontextmanager
     async def temporary(self, connection: dict[str, Any], *, timeout_s: float) -> AsyncIterator[McpSession]:
@@ -149,7 +156,12 @@ class McpPool:
     async def session(self, key: str, connection: dict[str, Any], *, timeout_s: float) -> McpSession:
         async with self._locks.setdefault(key, asyncio.Lock()):
             held = self._sessions.get(key)
-            if held is not None and held[1] == connection and not held[0].is_closed:
+            if (
+                held is not None
+                and held[1] == connection
+                and not held[0].is_closed
+                and await self._child_running(key, connection)
+            ):
                 return held[0]
             if held is not None:  # gone (a child died, a server restarted) or reconfigured
                 await self._close(key)
@@ -157,6 +169,14 @@ class McpPool:
             self._sessions[key] = (session, dict(connection))
             self._listen(key, session)
             return session
+
+    async def _child_running(self, key: str, connection: dict[str, Any]) -> bool:
+        """A pooled stdio session is only as alive as its child: one that has just died
+        (its session not told yet) is replaced now, so this call restarts the server."""
+        if connection.get("transport") != "stdio":
+            return True
+        process = self.processes.get(key)
+        return process is not None and await process.still_running()
 
     def _listen(self, key: str, session: McpSession) -> None:
         hook = self.on_tools_changed
@@ -211,6 +231,13 @@ class McpPool:
     async def discard(self, key: str) -> None:
         async with self._locks.setdefault(key, asyncio.Lock()):
             await self._close(key)
+
+    async def forget(self, key: str) -> None:
+        """The toolkit is gone: its session, its stdio child and the child's crash back-off."""
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            await self._close(key)
+            await self.processes.remove(key)
+        self._listened.discard(key)
 
     async def _close(self, key: str) -> None:
         listen = self._listens.pop(key, None)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable, Coroutine
@@ -101,6 +102,23 @@ class StdioProcess:
         """Count as traffic (the idle timer restarts)."""
         self._last_activity = time.monotonic()
 
+    async def still_running(self) -> bool:
+        """Whether the current child is live, the kernel asked now.
+
+        The loop learns of an exit one turn later (the pidfd's readiness) and the crash is
+        recorded after the drain grace; a caller about to send in between would write to a
+        dead child and fail a call that could have restarted it. A child found exited is
+        handled here as the watch would have handled it, and this returns once the crash is
+        recorded (within the drain grace), so the caller restarts it within the back-off.
+        """
+        child = self._child
+        if child is None or child.error is not None:
+            return False
+        if child.transport is None or not child.transport.poll_exit():
+            return True
+        await child.ended.wait()  # set by the exit's handling, within the drain grace
+        return False
+
     async def start(self) -> None:
         """Spawn the child unless one is live. Within the crash back-off, refuse instead."""
         async with self._start_lock:
@@ -111,9 +129,11 @@ class StdioProcess:
             wait = self._next_spawn_at - self.clock()
             if self.state is State.CRASHED and wait > 0:
                 data = self.last_error.data if self.last_error is not None else {}
+                # Rounded up, so a refusal never says "retry in 0.0s" (which reads as "now").
                 raise UpstreamError(
-                    f"stdio server {self.name!r} is restarting after a failure; retry in {wait:.1f}s",
-                    data={**data, "retry_after_s": round(wait, 3)},
+                    f"stdio server {self.name!r} is restarting after a failure;"
+                    f" retry in {math.ceil(wait * 10) / 10:.1f}s",
+                    data={**data, "retry_after_s": max(round(wait, 3), 0.001)},
                 )
             await self._terminated()  # at most one live child: a recycled one is gone first
             await self._spawn()

@@ -161,16 +161,36 @@ class ChildTransport(asyncio.SubprocessTransport):
         else:
             self._check_exit()
 
+    def poll_exit(self) -> bool:
+        """Whether the child has exited, asked of the kernel now rather than waiting for the
+        loop to deliver the pidfd's readiness (or the next poll): a caller about to use the
+        child learns of an exit that has happened but not been handled yet, and the exit is
+        then handled exactly as the watch would have (reaped, ``process_exited``)."""
+        if self._returncode is None:
+            returncode = self._popen.poll()  # waitpid(WNOHANG): reaps the child
+            if returncode is not None:
+                self._exited(returncode)
+        return self._returncode is not None
+
     def _check_exit(self) -> None:
+        self._poll = None
+        if self._returncode is not None:
+            return  # handled already, by ``poll_exit``
         returncode = self._popen.poll()  # waitpid(WNOHANG): reaps the child
         if returncode is None:
             if self._pidfd is None:
                 self._poll = self._loop.call_later(_POLL_S, self._check_exit)
             return
+        self._exited(returncode)
+
+    def _exited(self, returncode: int) -> None:
         if self._pidfd is not None:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
+        if self._poll is not None:
+            self._poll.cancel()
+            self._poll = None
         self._returncode = returncode
         self._protocol.process_exited()
         self._try_finish()

@@ -21,7 +21,7 @@ import logging
 import math
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
@@ -40,6 +40,10 @@ from appliance.upstream.http1 import Answer, Body, Pool
 # the log, whatever TOOLSPOKE_LOG_LEVEL says (RELIABILITY VAULT-01).
 for _chatty in ("httpx", "httpcore"):
     logging.getLogger(_chatty).setLevel(logging.WARNING)
+
+# A service answered in process (``Egress.serve_locally``): (method, path and query, body)
+# → (status, lower-case headers, body).
+LocalService = Callable[[str, str, bytes], Awaitable[tuple[int, dict[str, str], bytes]]]
 
 USER_AGENT = "toolspoke/0.1"
 # Only encodings we can decode with a bounded output; the caller cannot widen this.
@@ -240,15 +244,32 @@ class Egress:
         # its cookie jar would keep a Set-Cookie from one upstream answer and send it with
         # the next request to that host: another toolkit's, another user's call.
         self._transport = PinnedTransport(self.policy, verify=verify)
+        self._local: dict[tuple[str, str, int], LocalService] = {}
 
     def check_url(self, url: str | httpx.URL, *, field: str = "url") -> httpx.URL:
         """Vet a URL at registration time (shape and literal addresses); see EgressPolicy."""
         return self.policy.check_url(url, field=field)
 
-    def allow_self(self, base_url: str) -> None:
-        """Let calls reach the appliance's own address and port (the built-in demo API)."""
-        host, port = host_port(httpx.URL(base_url))
-        self.policy.allow_endpoint(host, port)
+    def serve_locally(self, origin: str, service: LocalService) -> None:
+        """Answer requests to exactly ``origin`` (scheme, host, port) with ``service``, in this
+        process: no DNS, no socket, and no address opened in the guard (the demo API)."""
+        self._local[_origin_of(httpx.URL(origin))] = service
+
+    def is_local(self, url: str | httpx.URL) -> bool:
+        """Whether ``url`` is answered in process (see ``serve_locally``)."""
+        return bool(self._local) and _origin_of(self.policy.check_url(url)) in self._local
+
+    async def _send_locally(
+        self, service: LocalService, method: str, target: httpx.URL, path: bytes, body: bytes, cap: int
+    ) -> HttpResponse:
+        status, headers, data = await service(method, path.decode("ascii", "replace"), body)
+        if len(data) > cap:
+            raise UpstreamError(
+                f"{target.host} answered more than {cap} bytes",
+                reason="upstream_too_large",
+                data={"max_bytes": cap},
+            )
+        return HttpResponse(status=status, headers=dict(headers), body=data, url=str(target))
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -284,6 +305,9 @@ class Egress:
         try:
             path = _request_target(target, params)
             out_headers = _request_headers(target, headers, cookies)
+            local = self._local.get(_origin_of(target)) if self._local else None
+            if local is not None:
+                return await self._send_locally(local, method, target, path, body, cap)
             async with asyncio.timeout(deadline):
                 answer = await self._transport.open(method, target, path, out_headers, body, deadline)
                 try:
@@ -373,6 +397,11 @@ class Egress:
                 data={"status": response.status},
             )
         return response.body
+
+
+def _origin_of(url: httpx.URL) -> tuple[str, str, int]:
+    host, port = host_port(url)
+    return url.scheme, host.lower(), port
 
 
 # Headers a caller may not set: the connection's framing and routing are ours.

@@ -14,7 +14,6 @@ from sanic.response import HTTPResponse
 
 from appliance import __version__
 from appliance.config import Settings
-from appliance.db import dumps
 from appliance.errors import ApplianceError
 from appliance.gateway import idempotency, imports
 from appliance.gateway.runtime import Runtime
@@ -68,7 +67,6 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.ctx.sessions = SessionStore(
         settings.session_ttl_s, settings.max_sessions, per_key=settings.max_sessions_per_key
     )
-    app.ctx.demo_notes = demo.NoteStore()
     app.blueprint(mcp.bp)
     app.blueprint(admin.bp)
     app.blueprint(admin_people.bp)  # the caller, users, agents, keys
@@ -120,8 +118,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
         rt: Runtime = app.ctx.rt
         host, port = _bound_address(app)
         rt.self_base_url = f"http://{_client_host(host)}:{port}"
-        if settings.demo:
-            await install_demo(rt)
+        await imports.ensure_demo(rt)  # answered in process, at its own origin (gateway/demo_api.py)
         # One parseable line on stdout: tests and scripts wait for it.
         print(f"toolspoke {__version__} serving MCP on {rt.self_base_url}/mcp", flush=True)
 
@@ -203,17 +200,6 @@ def _client_host(host: str) -> str:
     if host == "::":
         return "[::1]"
     return f"[{host}]" if ":" in host else host
-
-
-async def install_demo(rt: Runtime) -> None:
-    """(Re)install the demo toolkit at this run's address; the notes API is served by us."""
-    assert rt.self_base_url is not None
-    rt.egress.allow_self(rt.self_base_url)
-    spec = demo.openapi_spec(rt.self_base_url)
-    try:
-        await imports.import_openapi(rt, "builtin:demo", slug="demo", replace=True, data=dumps(spec).encode())
-    except ApplianceError as exc:
-        log.warning("could not install the demo toolkit: %s", exc.public_message)
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -21,9 +21,10 @@ from appliance.errors import ApplianceError, InvalidRequest
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
 from appliance.rpc import jsonrpc, mcp, modern
+from appliance.web import stdio_lines
 
 log = logging.getLogger(__name__)
-MAX_LINE = 4 * 1024 * 1024
+MAX_LINE = 4 * 1024 * 1024  # bytes of one message, its newline not counted
 
 
 class StdioFace:
@@ -128,24 +129,20 @@ async def serve_stdio(
     """Serve until stdin closes; in-flight calls finish before the process exits."""
     face = StdioFace(rt, key, stdout or sys.stdout.buffer)
     await face.principal()  # a bad key fails at start, before the client sends anything
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), stdin or sys.stdin.buffer
-    )
-    try:
-        while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # a line over MAX_LINE: refuse it, keep serving
-                await face.write(jsonrpc.error(None, InvalidRequest("message too large", field="message")))
-                with contextlib.suppress(ValueError):
-                    await reader.readuntil(b"\n")
-                continue
-            if not line:
-                break
-            if line.strip():
+    async with contextlib.aclosing(stdio_lines.chunks(stdin or sys.stdin.buffer)) as source:
+        async for line in stdio_lines.lines(source, MAX_LINE):
+            if isinstance(line, stdio_lines.TooLong):
+                await face.write(jsonrpc.error(None, too_long(line.limit)))
+            elif line.strip():
                 await face.handle_line(line)
-        await face.drain()
-    finally:
-        transport.close()
+    await face.drain()
+
+
+def too_long(limit: int) -> InvalidRequest:
+    """The answer to a line over the limit: its id is unknown (the line was never parsed)."""
+    return InvalidRequest(
+        f"message too large: a line may hold at most {limit} bytes ({limit // (1024 * 1024)} MiB);"
+        " it was discarded",
+        field="message",
+        data={"limit_bytes": limit},
+    )

@@ -125,3 +125,50 @@ def test_requests_pipelined_behind_initialize_wait_for_it_instead_of_being_refus
     assert answers[1]["result"]["protocolVersion"] == "2025-11-25"
     assert {t["name"] for t in answers[2]["result"]["tools"]} >= BRIDGE
     assert answers[3]["result"]["isError"] is False
+
+
+def _stdio_process(
+    data: Path, key: str, stdin: Any, payload: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        stdin=stdin,
+        input=payload,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(data), "TOOLSPOKE_API_KEY": key},
+    )
+
+
+def _pings_around_a_long_line() -> bytes:
+    """ping 1, a 9 MiB line (over twice the 4 MiB limit: the old reader's second overrun
+    escaped as a traceback), ping 2."""
+    ping = '{{"jsonrpc":"2.0","id":{},"method":"ping"}}\n'
+    return ping.format(1).encode() + b"x" * (9 * 1024 * 1024) + b"\n" + ping.format(2).encode()
+
+
+def _check_answers(done: subprocess.CompletedProcess[bytes]) -> None:
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert b"Traceback" not in done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, None, 2]
+    assert answers[1]["error"]["code"] == -32600
+    assert "4194304 bytes" in answers[1]["error"]["message"]
+
+
+def test_a_line_over_the_limit_is_refused_and_the_next_line_is_served(data_dir: Path) -> None:
+    _check_answers(_stdio_process(data_dir, ADMIN_KEY, None, _pings_around_a_long_line()))
+
+
+def test_stdin_may_be_a_regular_file_or_dev_null(data_dir: Path, tmp_path: Path) -> None:
+    """`toolspoke stdio < requests.jsonl` under uvloop (the process's loop) aborted with rc 134
+    and printed nothing; a file cannot be polled, so it is read in a thread."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(_pings_around_a_long_line())
+    with requests.open("rb") as stdin:
+        _check_answers(_stdio_process(data_dir, ADMIN_KEY, stdin))
+    with open("/dev/null", "rb") as stdin:
+        done = _stdio_process(data_dir, ADMIN_KEY, stdin)
+    assert (done.returncode, done.stdout) == (0, b""), done.stderr[-2000:]

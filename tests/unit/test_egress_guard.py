@@ -418,12 +418,31 @@ def test_fetch_document_returns_the_body_and_fails_on_http_errors(upstream: Reco
     assert refusal(go("/big")).reason == "upstream_too_large"
 
 
-def test_allow_self_opens_exactly_the_appliance_port(upstream: RecordingServer) -> None:
-    async def go(url: str) -> Any:
-        async with Egress(EgressPolicy()) as egress:
-            egress.allow_self(upstream.base)
-            egress.check_url(url)
-            return await egress.send("GET", url)
+def test_an_origin_served_in_process_opens_nothing_else(upstream: RecordingServer) -> None:
+    """The demo API is answered in process at its reserved origin: exactly that origin, no
+    socket; the appliance's own loopback and every other port stay refused, as before."""
+    asked: list[tuple[str, str, bytes]] = []
 
-    assert run(go(upstream.base + "/echo")).status == 200
-    assert refusal(go(f"http://127.0.0.1:{upstream.port + 1}/")).reason == "ssrf_blocked"
+    async def service(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        asked.append((method, target, body))
+        return 201, {"content-type": "application/json"}, b'{"ok":true}'
+
+    async def go(url: str, **options: Any) -> Any:
+        async with Egress(EgressPolicy()) as egress:
+            egress.serve_locally("http://demo.toolspoke.invalid", service)
+            return await egress.send("POST", url, **options)
+
+    answer = run(go("http://demo.toolspoke.invalid/demo/api/notes?x=1", content=b"{}"))
+    assert (answer.status, answer.body, answer.headers["content-type"]) == (
+        201,
+        b'{"ok":true}',
+        "application/json",
+    )
+    assert asked == [("POST", "/demo/api/notes?x=1", b"{}")]
+    assert refusal(go(upstream.base + "/echo")).reason == "ssrf_blocked"  # loopback: still refused
+    assert refusal(go("http://127.0.0.1:80/demo/api/notes")).reason == "ssrf_blocked"
+    # Another port or scheme of the reserved name is not the served origin: it is looked up
+    # like any name, and .invalid never resolves.
+    assert refusal(go("http://demo.toolspoke.invalid:8080/demo/api/notes")).reason == "upstream_unavailable"
+    assert refusal(go("https://demo.toolspoke.invalid/demo/api/notes")).reason == "upstream_unavailable"
+    assert len(asked) == 1 and upstream.requests == []
