@@ -214,6 +214,32 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are "
         "refused at once); calls still running then are cut off, audited `interrupted`.",
     ),
+    # slow clients and connection caps (issue 16 item 5; web/connections.py)
+    Setting(
+        "request_head_timeout_s",
+        "TOOLSPOKE_REQUEST_HEAD_TIMEOUT_S",
+        10.0,
+        _positive(float),
+        "Seconds a client has to send a complete request head (request line and headers), "
+        "counted from the connection's opening or the head's first byte however slowly bytes "
+        "trickle in; later: 408 and the connection closed.",
+    ),
+    Setting(
+        "max_connections",
+        "TOOLSPOKE_MAX_CONNECTIONS",
+        1000,
+        _positive(int),
+        "Most client connections `serve` holds open at once; one more is answered 503 "
+        "(`Retry-After: 1`) and closed.",
+    ),
+    Setting(
+        "max_connections_per_address",
+        "TOOLSPOKE_MAX_CONNECTIONS_PER_ADDRESS",
+        256,
+        _positive(int),
+        "Most connections one client address may hold open at once; one more is answered 503 "
+        "and closed. Behind a reverse proxy every client has the proxy's address: raise it there.",
+    ),
     Setting(
         "import_max_bytes",
         "TOOLSPOKE_IMPORT_MAX_BYTES",
@@ -545,6 +571,9 @@ class Settings:
     upstream_max_bytes: int
     max_request_bytes: int
     shutdown_grace_s: float
+    request_head_timeout_s: float
+    max_connections: int
+    max_connections_per_address: int
     import_max_bytes: int
     search_default_limit: int
     search_max_limit: int
