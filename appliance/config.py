@@ -511,6 +511,15 @@ SETTINGS: tuple[Setting, ...] = (
         "the last commits; calls answer ~an fsync sooner).",
     ),
     Setting(
+        "min_free_disk_bytes",
+        "TOOLSPOKE_MIN_FREE_DISK_BYTES",
+        32 * 1024 * 1024,
+        _positive(int),
+        "Free space the data directory's disk must keep for tool calls to be sent: below it, "
+        "calls are refused before they leave (-32003 `storage_unavailable`, nothing sent, "
+        "nothing charged) and /readyz says not ready, until space returns.",
+    ),
+    Setting(
         "idempotency_retention_h",
         "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",
         24.0,
@@ -612,6 +621,7 @@ class Settings:
     browse_rate_limit: int
     audit_retention_days: float
     db_synchronous: str
+    min_free_disk_bytes: int
     idempotency_retention_h: float
     metrics_key: Secret | None
     demo: bool
