@@ -11,7 +11,9 @@ since its check wrote nothing. Two guards, both asked before anything is dispatc
   already in flight, the WAL's growth and a checkpoint must still fit once the floor is
   crossed, so the refusal has to come while there is room left, not when a write fails.
   ``statvfs`` (the space an unprivileged user may still take) costs a few µs, so it is
-  asked again only every ``RECHECK_S`` while there is plenty, and on every call near it.
+  asked again only every ``RECHECK_S`` while there is plenty (over ``COMFORTABLE`` floors:
+  a disk that loses all of that within a quarter second is filling faster than any margin
+  helps), and on every call near it; ``/readyz`` always looks afresh.
 - **A write that failed** for any other reason than a held lock (``SQLITE_FULL`` despite
   the floor, an I/O error, a file system remounted read-only): from then on calls are
   refused until a real write succeeds again. The probe (``Database.probe_write``) commits
@@ -56,12 +58,13 @@ class Storage:
             return 0
         return int(st.f_bavail) * int(st.f_frsize)
 
-    def problem(self) -> str | None:
-        """Why a call's accounting could not be made durable now; None when it can."""
+    def problem(self, *, fresh: bool = False) -> str | None:
+        """Why a call's accounting could not be made durable now; None when it can.
+        ``fresh``: look at the free space now, whatever was seen a moment ago."""
         if self.failing is not None:
             return f"the database does not take writes ({self.failing})"
         now = time.monotonic()
-        if self._free < COMFORTABLE * self.floor_bytes or now - self._looked_at > RECHECK_S:
+        if fresh or self._free < COMFORTABLE * self.floor_bytes or now - self._looked_at > RECHECK_S:
             self._free, self._looked_at = self.free_bytes(), now
         if self._free < self.floor_bytes:
             return (

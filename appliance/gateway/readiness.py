@@ -17,7 +17,7 @@ async def problems(rt: Runtime) -> list[str]:
     found: list[str] = []
     if rt.db.storage.failing is not None:
         await rt.db.probe_write()
-    unwritable = rt.db.storage.problem()
+    unwritable = rt.db.storage.problem(fresh=True)
     if unwritable is not None:
         found.append(unwritable)
     try:

@@ -104,6 +104,7 @@ def test_with_the_disk_full_no_call_reaches_the_upstream_and_service_resumes_whe
             assert _ready(app).status_code == 200
 
             filler = _fill(small_disk)
+            # /readyz looks afresh; the call path trusts a comfortable figure for 0.25 s
             ready = _ready(app)
             assert ready.status_code == 503, ready.text
             assert any("nearly full" in p for p in ready.json()["problems"]), ready.text
