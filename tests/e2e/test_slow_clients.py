@@ -179,8 +179,8 @@ class Slow:
 async def _slowloris(host: str, port: int, stop: asyncio.Event, stats: Slow) -> None:
     """One slow client: a head a byte every 0.3 s; cut, it connects again, until ``stop``."""
     while not stop.is_set():
+        started = time.monotonic()  # before connecting: the server's clock starts at its accept
         reader, writer = await asyncio.open_connection(host, port)
-        started = time.monotonic()
         stats.live += 1
         stats.most_live = max(stats.most_live, stats.live)
         got = b""
