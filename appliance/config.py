@@ -214,6 +214,32 @@ SETTINGS: tuple[Setting, ...] = (
         "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are "
         "refused at once); calls still running then are cut off, audited `interrupted`.",
     ),
+    # slow clients and connection caps (issue 16 item 5; web/connections.py)
+    Setting(
+        "request_head_timeout_s",
+        "TOOLSPOKE_REQUEST_HEAD_TIMEOUT_S",
+        10.0,
+        _positive(float),
+        "Seconds a client has to send a complete request head (request line and headers), "
+        "counted from the connection's opening or the head's first byte however slowly bytes "
+        "trickle in; later: 408 and the connection closed.",
+    ),
+    Setting(
+        "max_connections",
+        "TOOLSPOKE_MAX_CONNECTIONS",
+        1000,
+        _positive(int),
+        "Most client connections `serve` holds open at once; one more is answered 503 "
+        "(`Retry-After: 1`) and closed.",
+    ),
+    Setting(
+        "max_connections_per_address",
+        "TOOLSPOKE_MAX_CONNECTIONS_PER_ADDRESS",
+        256,
+        _positive(int),
+        "Most connections one client address may hold open at once; one more is answered 503 "
+        "and closed. Behind a reverse proxy every client has the proxy's address: raise it there.",
+    ),
     Setting(
         "import_max_bytes",
         "TOOLSPOKE_IMPORT_MAX_BYTES",
@@ -485,6 +511,15 @@ SETTINGS: tuple[Setting, ...] = (
         "the last commits; calls answer ~an fsync sooner).",
     ),
     Setting(
+        "min_free_disk_bytes",
+        "TOOLSPOKE_MIN_FREE_DISK_BYTES",
+        32 * 1024 * 1024,
+        _positive(int),
+        "Free space the data directory's disk must keep for tool calls to be sent: below it, "
+        "calls are refused before they leave (-32003 `storage_unavailable`, nothing sent, "
+        "nothing charged) and /readyz says not ready, until space returns.",
+    ),
+    Setting(
         "idempotency_retention_h",
         "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",
         24.0,
@@ -546,6 +581,9 @@ class Settings:
     upstream_max_bytes: int
     max_request_bytes: int
     shutdown_grace_s: float
+    request_head_timeout_s: float
+    max_connections: int
+    max_connections_per_address: int
     import_max_bytes: int
     search_default_limit: int
     search_max_limit: int
@@ -584,6 +622,7 @@ class Settings:
     browse_rate_limit: int
     audit_retention_days: float
     db_synchronous: str
+    min_free_disk_bytes: int
     idempotency_retention_h: float
     metrics_key: Secret | None
     demo: bool

@@ -33,7 +33,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     """Serve the MCP endpoint (/mcp), the admin API and the demo toolkit."""
     from appliance.gateway.runtime import prepare_data_dir
     from appliance.web.app import create_app, listen_socket
-    from appliance.web.shutdown import TrackedProtocol
+    from appliance.web.connections import GuardedProtocol
 
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -49,7 +49,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
     app = create_app(settings)
     app.ctx.bound_address = sock.getsockname()[:2]
     app.ctx.listen_socket = sock  # closed to new connections first thing at SIGTERM
-    app.run(sock=sock, single_process=True, access_log=False, motd=False, protocol=TrackedProtocol)
+    app.run(sock=sock, single_process=True, access_log=False, motd=False, protocol=GuardedProtocol)
     for lock in held:
         lock.release()
 

@@ -109,6 +109,17 @@ def _verify(path: Path) -> int:
         conn.close()
 
 
+def remove_leftovers(directory: Path, prefix: str) -> list[str]:
+    """Remove the copies named ``<prefix>*`` in ``directory`` and their partial files
+    (``.<name>.<random>.partial``, as ``backup`` names them); the names removed."""
+    removed = []
+    for path in [*directory.glob(f"{prefix}*"), *directory.glob(f".{prefix}*.partial")]:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
+
+
 def fsync_path(path: Path) -> None:
     """Make a file's bytes, or a directory's entries, durable."""
     fd = os.open(path, os.O_RDONLY)

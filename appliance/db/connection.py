@@ -28,6 +28,7 @@ import sqlean
 import sqlite_vec
 
 from appliance.db import generation
+from appliance.db.space import Storage
 from appliance.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
@@ -235,14 +236,45 @@ def _storage_error(exc: Exception) -> StorageError:
     return StorageError("storage unavailable; try again shortly")
 
 
+# SQLite's primary result codes that say the disk, not the statement, failed a write:
+# READONLY, IOERR, CORRUPT, FULL, CANTOPEN. A held lock (BUSY, LOCKED) is not one of them.
+_DISK_FAILURES = frozenset({8, 10, 11, 13, 14})
+
+
+def _disk_failure(exc: BaseException | None) -> str | None:
+    if isinstance(exc, StorageError):
+        exc = exc.__cause__
+    if not isinstance(exc, sqlean.Error):
+        return None
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF not in _DISK_FAILURES:
+        return None
+    return str(exc)
+
+
+def _probe(conn: sqlean.Connection) -> None:
+    """A real one-page write: the database header's user_version, written back unchanged."""
+    _begin(conn)
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(Exception):
+            conn.execute("ROLLBACK")
+        raise
+
+
 class Database:
     """The appliance's SQLite database: ``async with db.write() as tx`` / ``db.read()``."""
 
-    def __init__(self, path: Path, *, synchronous: str = "FULL"):
+    def __init__(self, path: Path, *, synchronous: str = "FULL", min_free_bytes: int = 0):
         if synchronous not in ("FULL", "NORMAL"):
             raise ConfigError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         self.path = path
         self.synchronous = synchronous
+        # Whether a call's accounting can be written now (db/space.py): asked before dispatch.
+        self.storage = Storage(path.parent, floor_bytes=min_free_bytes)
         self._writer: aiosqlite.Connection | None = None
         self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
         self._all: list[aiosqlite.Connection] = []
@@ -447,9 +479,30 @@ class Database:
             try:
                 result = await conn._execute(_run_transaction, conn._conn, fn)
             except sqlean.OperationalError as exc:
+                self._write_failed(exc)
                 raise _storage_error(exc) from exc
             self.generation += 1
             return result
+
+    def _write_failed(self, exc: BaseException) -> None:
+        reason = _disk_failure(exc)
+        if reason is not None:
+            self.storage.failed(reason)
+
+    async def probe_write(self) -> bool:
+        """A real write (one page through the WAL), to learn whether the disk takes writes
+        again after one failed; clears ``storage.failing`` when it does."""
+        assert self._writer is not None, "database is not open"
+        async with self._write_lock:
+            conn = self._writer
+            try:
+                await conn._execute(_probe, conn._conn)
+            except sqlean.Error as exc:
+                if _disk_failure(exc) is not None:
+                    self.storage.failed(str(exc))
+                return False
+        self.storage.recovered()
+        return True
 
     def write_now(self, fn: Callable[[SyncReader], T]) -> tuple[T] | None:
         """``fn`` in ``BEGIN IMMEDIATE`` … ``COMMIT`` on the writer, here on the event loop.
@@ -479,6 +532,7 @@ class Database:
                 raise
             result = _run_begun(conn, fn)
         except sqlean.OperationalError as exc:
+            self._write_failed(exc)
             raise _storage_error(exc) from exc
         finally:
             if loop.time() - started > INLINE_SLOW_S:
@@ -499,13 +553,15 @@ class Database:
                 raise _storage_error(exc) from exc
             try:
                 yield WriteTx(conn)
-            except BaseException:
+            except BaseException as exc:
+                self._write_failed(exc)
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise
             try:
                 await conn.execute("COMMIT")
             except sqlean.OperationalError as exc:
+                self._write_failed(exc)
                 with contextlib.suppress(Exception):
                     await conn.execute("ROLLBACK")
                 raise _storage_error(exc) from exc

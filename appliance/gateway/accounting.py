@@ -7,8 +7,11 @@ Three seams in ``gateway/calls.py`` and nothing else there:
   row, acknowledged only once it is durable.
 - ``resolved(tool)`` names the tool for the audit row as soon as it is known.
 - ``spend(...)`` wraps the dispatch: after the tool is resolved and its input checked, and
-  before the upstream is contacted, it checks the toolkit's ceilings and the caller's
-  credit and reserves the fee (the book makes that atomic). Once the call returns, the fee
+  before the upstream is contacted, it checks that the call's accounting can be written
+  (``db/space.py``: a disk nearly full, or writes failing, refuse the call before it
+  leaves, since a call that reached the upstream and then could not be recorded acted
+  unaccounted), then the toolkit's ceilings and the caller's credit, and reserves the fee
+  (the book makes that atomic). Once the call returns, the fee
   is charged when the upstream was reached, its errors and timeouts included (it may have
   acted), and let go when the call never left (blocked, broken upstream, no credential).
 
@@ -128,7 +131,13 @@ def audited(fn: CallFn) -> CallFn:
                 result = await fn(rt, principal, name, arguments, **kw)
             except ApplianceError as exc:
                 _classify(attempt, exc)
-                await _acknowledge(_record(rt, attempt))
+                try:
+                    await _acknowledge(_record(rt, attempt))
+                except StorageError:
+                    if not isinstance(exc, StorageError):
+                        raise
+                    # Refused for want of storage, and its own row could not be stored
+                    # either: the refusal (nothing was sent) is the answer.
                 _timed(attempt)
                 raise
             except BaseException:
@@ -164,6 +173,12 @@ async def spend(
     if attempt is None:  # not under @audited (cannot happen through call_tool)
         attempt = Attempt(principal, tool.name, None, time.time(), time.perf_counter())
     attempt.tool = tool
+    unwritable = rt.db.storage.problem()
+    if unwritable is not None:  # free calls too: every call has its audit row
+        raise StorageError(
+            "storage unavailable: the call was not sent, since it could not be recorded; try again shortly",
+            data={"sent": False},
+        )
     price = await rt.book.price(tool.toolkit_id, toolkit=tool.toolkit)
     attempt.owner = calls_free(principal, price)
     if not attempt.owner:

@@ -1,4 +1,10 @@
-"""Readiness: the database takes a write and its schema is the newest this build knows."""
+"""Readiness: the database takes a write and its schema is the newest this build knows.
+
+"Takes a write" is asked of the disk too (``db/space.py``): not ready while the data
+directory's disk is under its floor of free space or a write failed and no probe write has
+succeeded since (one is made here, so readiness comes back as soon as the disk does). The
+``BEGIN IMMEDIATE`` below proves only that the write lock can be had: it writes nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,16 @@ from appliance.gateway.runtime import Runtime
 
 async def problems(rt: Runtime) -> list[str]:
     found: list[str] = []
+    if rt.db.storage.failing is not None:
+        await rt.db.probe_write()
+    unwritable = rt.db.storage.problem(fresh=True)
+    if unwritable is not None:
+        found.append(unwritable)
     try:
         async with rt.db.write() as tx:  # BEGIN IMMEDIATE proves the write lock can be had
             rows = await tx.all("SELECT version FROM schema_migrations")
     except ApplianceError as exc:
-        return [f"database not writable: {exc.public_message}"]
+        return [*found, f"database not writable: {exc.public_message}"]
     applied = {int(r["version"]) for r in rows}
     missing = [n for n, _, _ in discover(default_migrations_dir()) if n not in applied]
     if missing:

@@ -51,7 +51,9 @@ def prepare_data_dir(settings: Settings) -> bool:
 class Runtime:
     def __init__(self, settings: Settings):
         self.settings = settings
-        self.db = Database(settings.db_path, synchronous=settings.db_synchronous)
+        self.db = Database(
+            settings.db_path, synchronous=settings.db_synchronous, min_free_bytes=settings.min_free_disk_bytes
+        )
         self.egress = Egress(settings)
         self.stdio_policy = StdioPolicy(
             workdir_root=Path(settings.data_dir) / "stdio",

@@ -247,7 +247,10 @@ class Book:
             if not self._queue:
                 if self._closing:
                     return
-                if not await self._woken(TICK_S) and not (self.prices or self.balances or self._prune_due()):
+                woken = await self._woken(TICK_S)
+                if not woken and self.db.storage.failing is not None:
+                    await self._probe()  # calls are refused until the disk takes writes again
+                if not woken and not (self.prices or self.balances or self._prune_due()):
                     continue
             items, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             try:
@@ -267,6 +270,12 @@ class Book:
         finally:
             tick.cancel()
             self._waiter = None
+
+    async def _probe(self) -> None:
+        try:
+            await self.db.probe_write()
+        except Exception as exc:  # noqa: BLE001 - the next tick tries again
+            log.warning("storage probe failed: %s", exc)
 
     def _prune_due(self) -> bool:
         return self.audit_retention_s > 0 and self.clock() - self._pruned_at > PRUNE_EVERY_S

@@ -4,11 +4,20 @@ The same copy as ``toolspoke backup`` (``db/backup.py``: ``VACUUM INTO``, checke
 to a 0600 file in the data directory, opened, removed (so no name is left behind even if the
 client goes away), and streamed from the open file. Copies are made one at a time: a second
 request waits for the first copy to be made.
+
+A backup copy never outlives its request. A client that goes away while its copy is being
+made cancels the handler, but not the thread making the copy (a thread cannot be stopped):
+the copy would land after the handler had gone, and stay. So the handler keeps the lock
+until the thread is done and the copy is removed then, whatever the client did (30 quick
+disconnects once left 23 full copies). A copy or partial copy left by a process that died
+while making one is removed when ``serve`` starts (only one ``serve`` runs per data
+directory, so nobody else can be making one then).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from pathlib import Path
@@ -16,7 +25,7 @@ from pathlib import Path
 from sanic import Blueprint, Request, Sanic
 from sanic.response import HTTPResponse
 
-from appliance.db.backup import backup
+from appliance.db.backup import BackupReport, backup, remove_leftovers
 from appliance.errors import ApplianceError
 from appliance.web.admin_routes import admin_only, error_response
 
@@ -24,16 +33,15 @@ bp = Blueprint("admin_backup", url_prefix="/api/v1")
 bp.on_request(admin_only)
 CHUNK = 1024 * 1024
 MEDIA_TYPE = "application/vnd.sqlite3"
+PREFIX = ".download-"  # the copies' names: ``.download-<random>.db`` in the data directory
 
 
 @bp.get("/backup")
 async def download(request: Request) -> HTTPResponse | None:
     settings = request.app.ctx.rt.settings
-    copy = Path(settings.data_dir) / f".download-{secrets.token_hex(8)}.db"
-    lock: asyncio.Lock = request.app.ctx.backup_lock
+    copy = Path(settings.data_dir) / f"{PREFIX}{secrets.token_hex(8)}.db"
     try:
-        async with lock:
-            report = await asyncio.to_thread(backup, settings.db_path, copy)
+        report = await _made(request.app.ctx.backup_lock, settings.db_path, copy)
     except ApplianceError as exc:
         return error_response(exc)
     try:
@@ -56,6 +64,24 @@ async def download(request: Request) -> HTTPResponse | None:
     return None
 
 
+async def _made(lock: asyncio.Lock, source: Path, copy: Path) -> BackupReport:
+    """The copy, made under the lock. Cancelled (the client went away), it is removed as soon
+    as the thread has made it, and the lock is held until then: one copy at a time, always."""
+    async with lock:
+        work = asyncio.get_running_loop().run_in_executor(None, backup, source, copy)
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            # The callback removes the copy even if this handler is cancelled again below.
+            work.add_done_callback(lambda _: copy.unlink(missing_ok=True))
+            while not work.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([work])
+            raise
+
+
 @bp.before_server_start
 async def _start(app: Sanic) -> None:
     app.ctx.backup_lock = asyncio.Lock()
+    # Left by a process that died while making or sending one: nobody else can be now.
+    remove_leftovers(Path(app.ctx.settings.data_dir), PREFIX)

@@ -33,6 +33,7 @@ from appliance.web import (
     shutdown,
     sse,
 )
+from appliance.web.connections import Admission
 from appliance.web.log_queue import LogQueue
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,10 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.config.FALLBACK_ERROR_FORMAT = "json"
     app.config.NOISY_EXCEPTIONS = False
     app.ctx.settings = settings
+    # connection caps, kept by serve's protocol (web/connections.py)
+    app.ctx.admission = Admission(
+        total=settings.max_connections, per_address=settings.max_connections_per_address
+    )
     app.ctx.sessions = SessionStore(
         settings.session_ttl_s, settings.max_sessions, per_key=settings.max_sessions_per_key
     )

@@ -14,12 +14,15 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import sqlite3
 import stat
+import struct
 import time
 from contextlib import closing
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -255,3 +258,66 @@ def test_an_admin_downloads_a_consistent_copy_through_the_api_and_nobody_else_ca
             " WHERE u.name = 'someone'"
         ).fetchall()
     assert balance == [(42_000,)]
+
+
+def _downloads(data: Path) -> list[str]:
+    return sorted(p.name for p in data.iterdir() if p.name.startswith((".download-", "..download-")))
+
+
+def _until(condition: Any, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within}s: {what}"
+        time.sleep(0.02)
+
+
+def _abandon(app: Appliance, point: str) -> None:
+    """Ask for a backup and go away: right after asking, while a copy is being made, or
+    after the first bytes of the answer."""
+    host, port = app.base_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            f"GET /api/v1/backup HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {app.key}\r\n\r\n".encode()
+        )
+        if point == "copying":
+            copying = lambda: any(n.endswith(".partial") for n in _downloads(app.data_dir))  # noqa: E731
+            _until(copying, 30, "a copy started")
+        elif point == "streaming":
+            got = b""
+            while len(got) < 256 * 1024:
+                chunk = sock.recv(65536)
+                assert chunk, got[:200]
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 200")
+        # a reset, not a polite close: the server learns at once that nobody is listening
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+def test_abandoned_downloads_leave_no_copy_behind_and_a_dead_process_s_copies_go_at_start(
+    tmp_path: Path,
+) -> None:
+    """Issue 16 item 6: 30 downloads abandoned at different points (before the first byte,
+    during the copy, mid-stream) leave no ``.download-*`` file; one a killed process left
+    (a copy, a partial copy) is removed when serve starts; a full, valid backup follows."""
+    data = tmp_path / "data"
+    with running_appliance(data, env=ENV):
+        pass
+    _pad(data, 40_000)  # ~10 MB: a copy takes long enough to be walked away from
+    (data / ".download-0123456789abcdef.db").write_bytes(b"\0" * 65536)
+    (data / "..download-0123456789abcdef.db.beef.partial").write_bytes(b"\0" * 65536)
+    with running_appliance(data, env=ENV) as app:
+        assert _downloads(data) == []
+        for i in range(30):
+            _abandon(app, ("sent", "copying", "streaming")[i % 3])
+        _until(lambda: _downloads(data) == [], 60, f"abandoned copies removed: {_downloads(data)}")
+        got = admin(app, "GET", "/backup")
+        assert got.status_code == 200, got.text
+        assert len(got.content) == int(got.headers["content-length"])
+        assert _downloads(data) == []
+    copy = tmp_path / "downloaded.db"
+    copy.write_bytes(got.content)
+    with closing(sqlite3.connect(copy)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        history = db.execute("SELECT count(*) FROM audit_log WHERE user_name = 'history'").fetchall()
+    assert history == [(40_000,)]
