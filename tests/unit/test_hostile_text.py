@@ -20,6 +20,7 @@ import pytest
 
 from appliance.catalogue import naming, openapi, openapi_operation
 from appliance.gateway import credentials
+from appliance.rpc import jsonrpc
 from appliance.search import text
 from appliance.secret import Redactor
 from appliance.upstream import guard, http1, mcp_http, oauth, openapi_call, param_headers, stdio_spec
@@ -70,6 +71,8 @@ RUNS: dict[str, Callable[[int], str]] = {
     "brace pairs": lambda n: "{a" * (n // 2),
     "non-ascii": lambda n: "ÄÖü" * (n // 3),
     "spaces": lambda n: " " * n + "x",
+    "open string": lambda n: '"' + "\\a" * (n // 2),
+    "quotes": lambda n: '"\\"' * (n // 3),
     "line ends": lambda n: "\r" * n,
 }
 
@@ -96,6 +99,7 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "mcp_http._SESSION_ID": lambda s: mcp_http._SESSION_ID.fullmatch(s),
     "mcp_http._EVENT_ID": lambda s: mcp_http._EVENT_ID.fullmatch(s),
     "oauth._ERROR_CODE": lambda s: oauth._ERROR_CODE.fullmatch(s),
+    "jsonrpc._STRUCTURE": lambda s: jsonrpc.text_too_deep(s.encode(), limit=1 << 30),
     "credentials._TOKEN": lambda s: credentials._TOKEN.fullmatch(s),
     "credentials._ENV_NAME": lambda s: credentials._ENV_NAME.fullmatch(s),
     "credentials._QUERY_NAME": lambda s: credentials._QUERY_NAME.fullmatch(s),
