@@ -10,6 +10,7 @@ new ``re.compile`` in ``appliance/`` fails it until it is added here.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -19,7 +20,9 @@ from typing import Any
 import pytest
 
 from appliance.catalogue import naming, openapi, openapi_operation
-from appliance.gateway import credentials
+from appliance.errors import ArgumentsInvalid
+from appliance.gateway import credentials, patterns
+from appliance.gateway.validation import validate_arguments
 from appliance.rpc import jsonrpc
 from appliance.search import text
 from appliance.secret import Redactor
@@ -109,9 +112,10 @@ PASSES: dict[str, Callable[[str], Any]] = {
     # every position, so a near miss at each one must still cost a bounded amount.
     "secret.Redactor": Redactor(["AAAAAAAAAAAAAAAb", "aAaAaAaAaAaAaAaAx", "0.0.0.0.0.0.0.0.y"]).text,
 }
-# Patterns that only ever meet our own names (tables we created, migration files we ship) or
-# a spec's pattern compiled to see whether it is one; listed so the audit stays complete.
-INTERNAL = {"generation._IDENT", "migrate._NAME", "schema_values (valid_regex)"}
+# Patterns that only ever meet our own names (tables we created, migration files we ship), a
+# spec's pattern compiled to see whether it is one, or a schema's pattern applied only within
+# its bound (tested below); listed so the audit stays complete.
+INTERNAL = {"generation._IDENT", "migrate._NAME", "schema_values (valid_regex)", "patterns (bounded_pattern)"}
 
 
 @pytest.mark.parametrize("run", list(RUNS))
@@ -138,3 +142,36 @@ def test_every_pattern_in_appliance_is_listed() -> None:
     # seven in search/text.py through its public functions) plus the internal ones.
     listed = len([n for n in PASSES if not n.startswith("text.")]) + 7 + len(INTERNAL)
     assert found == listed, f"{found} regular expressions in appliance/, {listed} audited here: add it"
+
+
+# An upstream's schema `pattern` applied to a caller's string (jsonschema runs Python's re).
+EXPONENTIAL = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
+QUADRATIC = {"type": "object", "properties": {"s": {"type": "string", "pattern": "\\s+$"}}}
+
+
+def _validates(schema: dict[str, Any]) -> Callable[[str], Any]:
+    def run(value: str) -> None:
+        with contextlib.suppress(ArgumentsInvalid):
+            validate_arguments(schema, {"s": value})
+
+    return run
+
+
+@pytest.mark.parametrize(("schema", "make"), [
+    (EXPONENTIAL, lambda n: "a" * n + "b"),
+    (QUADRATIC, lambda n: " " * n + "x"),
+])  # fmt: skip
+def test_a_schema_pattern_does_bounded_work_on_any_argument(schema: dict[str, Any], make: Any) -> None:
+    # Before: 5 -> 20 characters took 2 ** 15 times as long for the exponential one.
+    assert growth(_validates(schema), make, n=5) < RATIO
+    assert growth(_validates(schema), make, n=2_000) < RATIO
+
+
+def test_a_pattern_whose_work_is_bounded_is_still_asserted() -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^[a-z]+-[0-9]+$"}}}
+    validate_arguments(schema, {"s": "abc-123"})
+    with pytest.raises(ArgumentsInvalid):
+        validate_arguments(schema, {"s": "ABC-123"})
+    assert patterns.repeats("^(a+)+$") is None and patterns.repeats("(a)\\1") is None
+    assert patterns.repeats("^[a-z]+-[0-9]+$") == 2 and patterns.repeats("^\\d{4}$") == 0
+    assert patterns.checkable("^[a-z]+$", 10_000) is False and patterns.checkable("^[a-z]+$", 500)
