@@ -22,6 +22,7 @@
     ├── IdempotencyConflict             409  -32004  idempotency_key_reused / idempotency_in_progress
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
+    │   └── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -153,6 +154,16 @@ class Forbidden(ApplianceError):
     http_status = 403
     rpc_code = -32001
     reason = "forbidden"
+
+
+class MisdirectedRequest(Forbidden):
+    """A Host header this server does not answer to (DNS rebinding). Its own code: -32001 is
+    the rate limiter's, and a client that backs off on it would retry a request that can
+    never pass."""
+
+    http_status = 421
+    rpc_code = -32005
+    reason = "misdirected_host"
 
 
 class RateLimited(ApplianceError):

@@ -32,6 +32,11 @@ from appliance.db.space import Storage
 from appliance.errors import ConfigError, StorageError
 
 log = logging.getLogger(__name__)
+# aiosqlite logs every call it hands its thread at DEBUG, statement and parameters included
+# ("executing functools.partial(<execute>, 'INSERT INTO secrets ...', (..., b'<sealed blob>'))"):
+# at TOOLSPOKE_LOG_LEVEL=DEBUG that put sealed credentials, key hashes and every audit row in
+# the log. Its DEBUG records stop here whatever the root level; above DEBUG it logs no SQL.
+logging.getLogger("aiosqlite").setLevel(logging.INFO)
 
 T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000

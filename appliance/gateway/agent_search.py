@@ -16,7 +16,7 @@ import orjson
 
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway.runtime import Runtime
-from appliance.gateway.searching import Outcome, search
+from appliance.gateway.searching import Outcome, check_query, search
 from appliance.models import Principal, Tool
 from appliance.search import directory
 from appliance.search.text import param_names
@@ -137,6 +137,11 @@ async def search_for_agent(
     query, queries = args.get("query"), args.get("queries")
     if (query is None) == (queries is None):
         raise ArgumentsInvalid("give either 'query' or 'queries' (1 to 5 use cases)", field="/query")
+    if query is not None:
+        check_query(query, "/query")
+    for i, item in enumerate(queries or []):
+        check_query(item["use_case"], f"/queries/{i}/use_case")
+        check_query(item.get("known_fields") or "", f"/queries/{i}/known_fields")
     providers = args.get("providers")
     toolkit_ids = await _toolkit_ids(rt, providers, args.get("project")) if providers else None
     installed = await _installed(rt) if can_install else None

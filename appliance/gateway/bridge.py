@@ -20,6 +20,7 @@ from appliance.gateway.direct import tool_entry
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
+from appliance.search.text import MAX_QUERY_CHARS
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 
 _PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
@@ -55,7 +56,10 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
         "inputSchema": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "What you want to do, or a tool name."},
+                "query": {
+                    "type": "string",
+                    "description": f"What you want to do, or a tool name (≤ {MAX_QUERY_CHARS:,} characters).",
+                },
                 "queries": {
                     "type": "array",
                     "minItems": 1,
@@ -67,7 +71,7 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
                             "use_case": {
                                 "type": "string",
                                 "minLength": 1,
-                                "description": "One step of the task.",
+                                "description": f"One step of the task (≤ {MAX_QUERY_CHARS:,} characters).",
                             },
                             "known_fields": {
                                 "type": "string",

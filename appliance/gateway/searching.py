@@ -18,9 +18,11 @@ from typing import Any, Literal
 from appliance.access import visibility
 from appliance.catalogue import store
 from appliance.db import SyncReader
+from appliance.errors import InvalidParams
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
 from appliance.search import fts, hybrid, vectors
+from appliance.search.text import MAX_QUERY_CHARS
 
 Ranking = Literal["auto", "lexical", "semantic", "hybrid"]
 SPARE = 8
@@ -58,6 +60,16 @@ def _visible_toolkits(
     return ids if allowed is None else ids & {int(i) for i in allowed}
 
 
+def check_query(text: str, field: str) -> None:
+    """Refuse query text over ``MAX_QUERY_CHARS`` before any pass over it, naming the field."""
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidParams(
+            f"{field.strip('/')} is {len(text)} characters long; the limit is {MAX_QUERY_CHARS} characters",
+            field=field,
+            data={"limit": MAX_QUERY_CHARS, "length": len(text)},
+        )
+
+
 async def search(
     rt: Runtime,
     query: str,
@@ -83,6 +95,7 @@ async def search(
     last two still answers lexically (with a reason) when the semantic pass cannot run.
     ``max_limit`` lifts the agent-facing cap for `toolspoke eval`, which scores the top 100.
     """
+    check_query(query, "query")  # every caller's backstop; faces check first, naming their field
     settings = rt.settings
     cap = max_limit or settings.search_max_limit
     n = max(1, min(limit or settings.search_default_limit, cap))

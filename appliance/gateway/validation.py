@@ -22,6 +22,7 @@ import orjson
 from jsonschema.exceptions import ValidationError
 
 from appliance.errors import ArgumentsInvalid
+from appliance.gateway.patterns import bounded_pattern
 
 
 def _pointer(parts: Any) -> str:
@@ -38,7 +39,13 @@ def _validator(schema_json: bytes) -> Any:
         # A stored schema that is not valid JSON Schema must not block every call; validate
         # against the permissive core of it (types and required) instead of crashing.
         schema = {k: schema[k] for k in ("type", "required") if k in schema}
-    return cls(schema)
+    return _bounded(cls)(schema)
+
+
+@functools.lru_cache(maxsize=16)
+def _bounded(cls: Any) -> Any:
+    # An upstream's `pattern` meets a caller's string: asserted only where its work is bounded.
+    return jsonschema.validators.extend(cls, {"pattern": bounded_pattern})
 
 
 # Keywords the quick check understands, and annotations that never affect validity (format

@@ -168,6 +168,17 @@ def _set_level(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+async def _refuse_call(rt: Runtime, ctx: CallContext, params: dict[str, Any], exc: ApplianceError) -> None:
+    """The audit row of a tools/call refused as a whole (its params nest too deep): named by
+    the tool it asked for, a runner's target when that is a plain name."""
+    name = params.get("name")
+    name = name if isinstance(name, str) else None
+    arguments = params.get("arguments")
+    runner = name if name in bridge.RUNNERS else None
+    inner = arguments.get("tool") if runner and isinstance(arguments, dict) else None
+    await accounting.refused(rt, ctx.principal, inner if isinstance(inner, str) else name, exc, runner=runner)
+
+
 def _envelope(params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     """A tools/call's name, arguments and idempotency key, or InvalidParams naming the member."""
     name = params.get("name")
@@ -277,6 +288,10 @@ BROWSE_METHODS = frozenset({"tools/list", "initialize", "ping", "server/discover
 async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:
     """The result object for one request (raises ApplianceError for protocol errors)."""
     method, params = msg.method, msg.params
+    if msg.refusal is not None:
+        if method == "tools/call":
+            await _refuse_call(rt, ctx, params, msg.refusal)
+        raise msg.refusal
     if method in BROWSE_METHODS and not ctx.principal.anonymous:
         accounting.limit(rt, ctx.principal, browse=True)
     if method == "tools/list":

@@ -34,6 +34,11 @@ like know provide looking interested currently able
 """
 STOP_WORDS: frozenset[str] = frozenset(_STOP_TEXT.split())
 
+# Longest query text a search accepts, in characters (gateway/searching.py refuses longer,
+# naming the field). Long prose needs far less (ToolBench tasks run to ~400 characters, and
+# only MAX_QUERY_TOKENS tokens count); the cap bounds every pass over a query, including the
+# ones outside this module (suggestions, the local embedding model's tokenizer).
+MAX_QUERY_CHARS = 2_000
 # Most tokens a query may contribute. Long prose (ToolBench tasks run to ~60 words) keeps its
 # content words; a 100 KB paste cannot turn into a 100 KB MATCH.
 MAX_QUERY_TOKENS = 48
@@ -42,8 +47,14 @@ MAX_TOKEN_CHARS = 64
 # Parameter names are read this many schema levels deep (properties of properties ...).
 PARAM_DEPTH = 3
 
+# Every pattern here meets user text (queries) and upstream text (names, descriptions), so each
+# must do bounded work per character: fixed-width matches or a single greedy run that never
+# backtracks into itself (tests/unit/test_hostile_text.py holds each to linear growth).
 _CAMEL_LOWER_UPPER = re.compile(r"([a-z0-9])([A-Z])")
-_CAMEL_ACRONYM = re.compile(r"([A-Z]+)([A-Z][a-z])")
+# The space goes between the acronym's last capital and a capitalised word ("HTTPResponse" ->
+# "HTTP Response"). Written as a zero-width position: the old ``([A-Z]+)([A-Z][a-z])`` retried
+# the whole run of capitals from every start, quadratic (a 30 KB run took 97 s).
+_CAMEL_ACRONYM = re.compile(r"(?<=[A-Z])(?=[A-Z][a-z])")
 _LETTER_DIGIT = re.compile(r"([^\W\d_])(\d)")
 _DIGIT_LETTER = re.compile(r"(\d)([^\W\d_])")
 _SEPARATORS = re.compile(r"[_\-./:\\]+")
@@ -61,7 +72,7 @@ def split_identifier(text: str) -> str:
     camelCase, acronyms, letter/digit boundaries and the separators ``_ - . / : \\``.
     """
     text = _CAMEL_LOWER_UPPER.sub(r"\1 \2", text)
-    text = _CAMEL_ACRONYM.sub(r"\1 \2", text)
+    text = _CAMEL_ACRONYM.sub(" ", text)
     text = _LETTER_DIGIT.sub(r"\1 \2", text)
     text = _DIGIT_LETTER.sub(r"\1 \2", text)
     return _SEPARATORS.sub(" ", text)

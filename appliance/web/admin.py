@@ -16,7 +16,7 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import InvalidParams
 from appliance.gateway import bridge, imports
-from appliance.gateway.searching import search_tools
+from appliance.gateway.searching import check_query, search_tools
 from appliance.models import Principal
 from appliance.web.admin_routes import (  # noqa: F401 - error_response, admin_only: shared with siblings
     admin_only,
@@ -109,6 +109,7 @@ async def search(request: Request) -> Any:
     query = request.args.get("q")
     if not query:
         raise InvalidParams("query parameter 'q' is required", field="q")
+    check_query(query, "q")
     limit_raw = request.args.get("limit")
     try:
         limit = int(limit_raw) if limit_raw else None

@@ -16,8 +16,9 @@ from sanic import Request, response
 from sanic.response import HTTPResponse
 
 from appliance.access import grants, principals
-from appliance.errors import ApplianceError, InvalidParams, UpstreamError
+from appliance.errors import ApplianceError, InvalidParams, InvalidRequest, UpstreamError
 from appliance.models import Principal
+from appliance.rpc import jsonrpc
 from appliance.web.guards import authenticate, check_host, check_origin, require_admin
 
 T = TypeVar("T")
@@ -105,12 +106,22 @@ def body(request: Request, *, optional: bool = False, check_text: bool = True) -
     try:
         doc = request.json
     except Exception:  # noqa: BLE001 - Sanic raises its own type for bad JSON
+        if jsonrpc.could_be_too_deep(request.body) and jsonrpc.text_too_deep(request.body):
+            raise _too_deep() from None  # the parser's own stack gave out
         raise InvalidParams("request body is not valid JSON", field="body") from None
+    if jsonrpc.could_be_too_deep(request.body) and jsonrpc.too_deep(doc):
+        raise _too_deep()  # before any recursive step below meets it
     if not isinstance(doc, dict):
         raise InvalidParams("request body must be a JSON object", field="body")
     if check_text:
         _check_text(doc, "body")
     return doc
+
+
+def _too_deep() -> InvalidRequest:
+    return InvalidRequest(
+        jsonrpc.nesting_refusal("request body"), field="body", data={"limit": jsonrpc.MAX_DEPTH}
+    )
 
 
 def _check_text(value: Any, where: str) -> None:

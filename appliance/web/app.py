@@ -30,6 +30,7 @@ from appliance.web import (
     demo,
     mcp,
     metrics,
+    refusals,
     shutdown,
     sse,
 )
@@ -88,9 +89,13 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     async def health(request: Request) -> HTTPResponse:
         return response.json({"status": "ok", "version": __version__})
 
+    refusals.install(app)  # a doubled Host or Origin header, on every route
+
     @app.exception(Exception)
     async def on_error(request: Request, exc: Exception) -> HTTPResponse:
         status = getattr(exc, "status_code", None)
+        if status == 413:  # stating the limit, as a JSON-RPC error on the MCP routes
+            return refusals.too_large(request, settings.max_request_bytes)
         if isinstance(status, int) and status < 500:
             # Sanic's own 4xx (404 route, 405, 413 too large, 408 timeout): message only.
             return response.json(

@@ -2,7 +2,8 @@
 
 A browser page on evil.example can make a victim's browser POST to 127.0.0.1; the Origin
 check (403) stops that, and the Host check (421) stops DNS-rebinding, where the page's
-own name resolves to 127.0.0.1 and the browser sends ``Host: evil.example``.
+own name resolves to 127.0.0.1 and the browser sends ``Host: evil.example``. Each reads one
+value: a request carrying either header twice never gets here (``refusals.py``).
 """
 
 from __future__ import annotations
@@ -13,16 +14,11 @@ from sanic import Request
 
 from appliance.access import keys
 from appliance.config import Settings
-from appliance.errors import Forbidden, Unauthorized
+from appliance.errors import Forbidden, MisdirectedRequest, Unauthorized
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
-
-
-class MisdirectedRequest(Forbidden):
-    http_status = 421
-    reason = "misdirected_host"
 
 
 def _host_name(host: str) -> str:

@@ -224,7 +224,8 @@ async def _serve_modern(
         envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
-    problem = await _param_header_problem(request, principal, msg, kit)
+    # A message refused for its nesting reaches the dispatcher's refusal untouched.
+    problem = None if msg.refusal else await _param_header_problem(request, principal, msg, kit)
     if problem is not None:
         return rpc_error(HeaderMismatch(problem, field="mcp-param"), msg.id, status=400)
     ctx = mcp.CallContext(

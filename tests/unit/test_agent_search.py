@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from appliance import config
-from appliance.errors import ArgumentsInvalid
+from appliance.errors import ArgumentsInvalid, InvalidParams
 from appliance.gateway.agent_search import parse_known_fields, search_for_agent
 from appliance.gateway.bridge import BRIDGE_TOOLS, describe
 from appliance.gateway.imports import import_catalog
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
+from appliance.search.text import MAX_QUERY_CHARS
 
 TOOLS = [
     # (catalogue toolkit = group, name, description, input properties)
@@ -169,3 +170,32 @@ def test_an_installed_toolkit_is_not_suggested_and_a_good_installed_match_suppre
     assert slack["suggestions"][0]["toolkit"] == "slack"
     assert slack["suggestions"][0]["install"]["admin_api"]["path"] == "/api/v1/toolkits/openapi"
     assert "suggestions" not in weather
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"query": "A" * (MAX_QUERY_CHARS + 1)}, "/query"),
+        ({"queries": [{"use_case": "ok"}, {"use_case": "x" * (MAX_QUERY_CHARS + 1)}]}, "/queries/1/use_case"),
+        (
+            {"queries": [{"use_case": "ok", "known_fields": "a:" * MAX_QUERY_CHARS}]},
+            "/queries/0/known_fields",
+        ),
+    ],
+)
+def test_query_text_over_the_limit_is_refused_stating_it(
+    tmp_path: Path, args: dict[str, Any], field: str
+) -> None:
+    # A protocol error (-32602) in every era, naming the field and the limit, before any pass
+    # over the text (a 30 KB run of capitals took 97 s in the identifier splitter).
+    with pytest.raises(InvalidParams) as info:
+        search(tmp_path, args)
+    exc = info.value
+    assert not isinstance(exc, ArgumentsInvalid)
+    assert (exc.rpc_code, exc.field, exc.data["limit"]) == (-32602, field, MAX_QUERY_CHARS)
+    assert f"the limit is {MAX_QUERY_CHARS} characters" in exc.public_message
+
+
+def test_a_query_at_the_limit_is_served(tmp_path: Path) -> None:
+    out = search(tmp_path, {"query": ("send an email " * 200)[:MAX_QUERY_CHARS]})
+    assert out["results"][0]["name"].endswith("send_mail")

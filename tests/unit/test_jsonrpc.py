@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from appliance.errors import InvalidRequest, ParseError
-from appliance.rpc.jsonrpc import MAX_ID_LENGTH, Message, parse
+from appliance.errors import InvalidParams, InvalidRequest, ParseError
+from appliance.rpc.jsonrpc import MAX_DEPTH, MAX_ID_LENGTH, Message, parse, too_deep
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 QUICK = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -227,3 +227,71 @@ def test_a_response_is_recognised_and_carries_its_id() -> None:
     assert (msg.kind, msg.id, msg.method) == ("response", "abc", None)
     err = parse(b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "x"}}')
     assert (err.kind, err.id) == ("response", None)
+
+
+def _nested(depth: int, leaf: Any = 1) -> Any:
+    value = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"a": value}
+    return value
+
+
+def _call(arguments: Any) -> bytes:
+    doc = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "use_tool", "arguments": arguments},
+    }
+    return orjson.dumps(doc)
+
+
+def test_nesting_up_to_the_limit_parses_and_one_level_more_is_refused() -> None:
+    # The envelope and params are two levels: arguments may use the rest.
+    ok = parse(_call(_nested(MAX_DEPTH - 2)))
+    assert ok.refusal is None
+    deep = parse(_call(_nested(MAX_DEPTH - 1)))
+    assert deep.kind == "request" and deep.id == 7
+    assert isinstance(deep.refusal, InvalidParams)
+    assert (deep.refusal.rpc_code, deep.refusal.field, deep.refusal.data["limit"]) == (
+        -32602,
+        "params",
+        MAX_DEPTH,
+    )
+    assert f"deeper than {MAX_DEPTH} levels" in deep.refusal.public_message
+
+
+def _arrays(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth  # orjson writes at most 254 levels: build the text
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 1020])
+def test_a_message_nested_deeper_than_the_limit_elsewhere_is_an_invalid_request(depth: int) -> None:
+    # As a notification (no id: nothing to answer for), as a response, as a bare array.
+    deep = _arrays(depth)
+    notification = '{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": ' + deep + "}}"
+    response = '{"jsonrpc": "2.0", "id": 1, "result": ' + deep + "}"
+    for body in (notification, response):
+        with pytest.raises(InvalidRequest) as info:
+            parse(body.encode())
+        assert (info.value.rpc_code, info.value.field, info.value.data["limit"]) == (
+            -32600,
+            "message",
+            MAX_DEPTH,
+        )
+    with pytest.raises(InvalidRequest):
+        parse(_arrays(depth).encode())
+
+
+@pytest.mark.parametrize("depth", [990, 1020])
+def test_a_request_nested_990_levels_is_refused_by_its_params(depth: int) -> None:
+    head = '{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "use_tool", '
+    msg = parse((head + '"arguments": {"tool": ' + _arrays(depth) + "}}}").encode())
+    assert msg.id == 3 and isinstance(msg.refusal, InvalidParams)
+
+
+def test_the_depth_walk_is_iterative_and_exact() -> None:
+    assert not too_deep({}, 1) and too_deep({"a": {}}, 1) and not too_deep({"a": {}}, 2)
+    assert not too_deep([1, [2], {"b": 3}], 2) and too_deep([1, [2, [3]]], 2)
+    # Far deeper than Python's stack: no RecursionError, just the answer.
+    assert too_deep(_nested(100_000), MAX_DEPTH)

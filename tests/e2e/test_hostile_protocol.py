@@ -1,0 +1,261 @@
+"""Hostile protocol input on a real ``toolspoke serve`` and ``toolspoke stdio``: deep nesting on
+every face, doubled Host and Origin headers (sent on a raw socket: HTTP clients merge or refuse
+them), a body over the size limit, a Host not served here, a search query over its limit.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import httpx
+import pytest
+
+from appliance.rpc.jsonrpc import MAX_DEPTH
+from appliance.search.text import MAX_QUERY_CHARS
+from tests.support.servers import REPO, Appliance, cli, running_appliance
+
+pytestmark = pytest.mark.e2e
+LIMIT_BYTES = 65_536
+LEGACY = "2025-11-25"
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    env = {"TOOLSPOKE_MAX_REQUEST_BYTES": str(LIMIT_BYTES)}
+    with running_appliance(tmp_path_factory.mktemp("hostile") / "data", env=env) as running:
+        yield running
+
+
+@pytest.fixture
+def http(app: Appliance) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {app.key}", "Accept": "application/json, text/event-stream"}
+    with httpx.Client(base_url=app.base_url, headers=headers, timeout=httpx.Timeout(30, read=20)) as client:
+        yield client
+
+
+def arrays(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth  # orjson and json write far fewer levels: build the text
+
+
+def deep_call(name: str, depth: int, request_id: int = 7) -> str:
+    """A tools/call of ``name`` whose ``tool`` and ``input`` arguments nest ``depth`` levels."""
+    return (
+        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
+        f'"arguments": {{"tool": {arrays(depth)}, "input": {{"x": {arrays(depth)}}}}}}}}}'
+    )
+
+
+def audit_rows(app: Appliance) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(f"file:{app.data_dir / 'toolspoke.db'}?mode=ro", uri=True)) as conn:
+        return conn.execute("SELECT tool, runner, outcome FROM audit_log ORDER BY id").fetchall()
+
+
+def session(http: httpx.Client, path: str) -> dict[str, str]:
+    opened = http.post(path, json=INIT)
+    assert opened.status_code == 200, opened.text
+    return {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Content-Type": "application/json"}
+
+
+def assert_nesting_refused(error: dict[str, Any], code: int, field: str) -> None:
+    assert (error["code"], error["data"]["field"], error["data"]["limit"]) == (code, field, MAX_DEPTH)
+    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
+
+
+# -- item 7: one nesting limit at the parser of every face ------------------------------------
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 1020, 5000])
+def test_a_deeply_nested_admin_body_is_a_400_naming_the_problem(http: httpx.Client, depth: int) -> None:
+    body = '{"name": "deep", "is_admin": ' + arrays(depth) + "}"
+    answer = http.post("/api/v1/users", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["reason"], error["field"]) == ("invalid_request", "body")
+    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
+    assert "deep" not in {u["name"] for u in http.get("/api/v1/users").json()["users"]}
+
+
+@pytest.mark.parametrize("path", ["/mcp", "/mcp/demo"])
+@pytest.mark.parametrize("depth", [MAX_DEPTH, 990])
+def test_a_runner_with_deeply_nested_arguments_is_refused_and_audited(
+    app: Appliance, http: httpx.Client, path: str, depth: int
+) -> None:
+    headers = session(http, path)
+    name = "use_tool" if path == "/mcp" else "listNotes"
+    before = audit_rows(app)
+    answer = http.post(path, content=deep_call(name, depth), headers=headers)
+    assert answer.status_code == 200, answer.text
+    doc = answer.json()
+    assert doc["id"] == 7
+    assert_nesting_refused(doc["error"], -32602, "params")
+    # A tools/call refused for its shape leaves its row, as any other refused call does.
+    assert audit_rows(app)[len(before) :] == [(name, "use_tool" if name == "use_tool" else None, "invalid")]
+    # A deep notification has nothing to answer with a result: the message itself is refused.
+    note = '{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": ' + arrays(depth) + "}}"
+    refused = http.post(path, content=note, headers=headers)
+    assert refused.status_code == 400
+    assert_nesting_refused(refused.json()["error"], -32600, "message")
+    # The session still serves.
+    ping = http.post(path, json={"jsonrpc": "2.0", "id": 8, "method": "ping"}, headers=headers)
+    assert ping.json() == {"jsonrpc": "2.0", "id": 8, "result": {}}
+
+
+def test_a_deeply_nested_message_on_the_legacy_sse_face_is_refused_on_its_stream(
+    app: Appliance, http: httpx.Client
+) -> None:
+    with http.stream("GET", "/sse") as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+
+        def event() -> dict[str, Any]:
+            data = []
+            for line in lines:
+                if line.startswith("data:"):
+                    data.append(line.removeprefix("data:").strip())
+                elif line == "" and data:
+                    return dict(json.loads("\n".join(data)))
+            raise AssertionError("stream ended")
+
+        endpoint = next(line for line in lines if line.startswith("data:")).removeprefix("data:").strip()
+        assert http.post(endpoint, json=INIT).status_code == 202
+        assert event()["result"]["protocolVersion"] == LEGACY
+        before = audit_rows(app)
+        posted = http.post(
+            endpoint, content=deep_call("use_tool", 990), headers={"Content-Type": "application/json"}
+        )
+        assert posted.status_code == 202
+        reply = event()
+        assert reply["id"] == 7
+        assert_nesting_refused(reply["error"], -32602, "params")
+        assert audit_rows(app)[len(before) :] == [("use_tool", "use_tool", "invalid")]
+
+
+def test_a_deeply_nested_line_on_stdio_is_answered_and_the_next_is_served(app: Appliance) -> None:
+    lines = [
+        json.dumps(INIT),
+        deep_call("use_tool", 990, request_id=2),
+        json.dumps({**INIT, "id": 3, "method": "ping"}),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "appliance", "stdio"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input="\n".join(lines) + "\n",
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "TOOLSPOKE_DATA_DIR": str(app.data_dir), "TOOLSPOKE_API_KEY": app.key},
+    )
+    answers = {doc["id"]: doc for doc in map(json.loads, done.stdout.splitlines())}
+    assert set(answers) == {1, 2, 3}, done.stdout + done.stderr
+    assert_nesting_refused(answers[2]["error"], -32602, "params")
+    assert answers[3]["result"] == {}
+    assert "Traceback" not in done.stderr
+
+
+# -- item 8: a doubled Host or Origin header is refused on every route ------------------------
+
+ROUTES = [
+    ("POST", "/mcp", True),
+    ("POST", "/mcp/demo", True),
+    ("GET", "/sse", True),
+    ("POST", "/messages?session_id=x", True),
+    ("GET", "/api/v1/me", False),
+    ("GET", "/health", False),
+    ("GET", "/healthz", False),
+]
+
+
+def raw(app: Appliance, method: str, path: str, headers: list[tuple[str, str]]) -> tuple[int, dict[str, Any]]:
+    """One request written by hand on a socket (headers exactly as given, duplicates kept)."""
+    url = httpx.URL(app.base_url)
+    body = json.dumps(INIT).encode() if method == "POST" else b""
+    head = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
+    head += [f"Authorization: Bearer {app.key}", "Accept: application/json, text/event-stream"]
+    head += ["Content-Type: application/json", f"Content-Length: {len(body)}", "Connection: close"]
+    with socket.create_connection((url.host, url.port), timeout=20) as sock:
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    status_line, _, rest = received.partition(b"\r\n")
+    _, _, payload = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), json.loads(payload) if payload.startswith(b"{") else {}
+
+
+@pytest.mark.parametrize(("method", "path", "rpc"), ROUTES)
+@pytest.mark.parametrize("header", ["Origin", "Host"])
+def test_a_doubled_origin_or_host_header_is_refused_on_every_route(
+    app: Appliance, method: str, path: str, rpc: bool, header: str
+) -> None:
+    host = httpx.URL(app.base_url).netloc.decode()
+    if header == "Origin":
+        headers = [("Host", host), ("Origin", "http://127.0.0.1"), ("Origin", "https://evil.example")]
+    else:
+        headers = [("Host", host), ("Host", "evil.example")]
+    status, doc = raw(app, method, path, headers)
+    assert status == 400, doc
+    if rpc:
+        error = doc["error"]
+        assert (error["code"], error["data"]["field"]) == (-32600, header.lower())
+    else:
+        error = doc["error"]
+        assert (error["reason"], error["field"]) == ("invalid_request", header.lower())
+    assert f"more than one {header} header" in error["message"]
+
+
+def test_one_loopback_origin_still_passes(app: Appliance) -> None:
+    host = httpx.URL(app.base_url).netloc.decode()
+    status, doc = raw(app, "POST", "/mcp", [("Host", host), ("Origin", "http://127.0.0.1")])
+    assert status == 200 and doc["result"]["protocolVersion"] == LEGACY
+
+
+# -- item 9: the size limit stated; a misdirected Host has its own code -----------------------
+
+
+def test_a_body_over_the_limit_is_a_413_stating_the_limit(http: httpx.Client) -> None:
+    big = json.dumps({**INIT, "params": {**INIT["params"], "pad": "x" * LIMIT_BYTES}})
+    for path in ("/mcp", "/mcp/demo"):
+        answer = http.post(path, content=big, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 413
+        doc = answer.json()
+        assert doc["jsonrpc"] == "2.0" and doc["id"] is None
+        error = doc["error"]
+        assert (error["code"], error["data"]["limit_bytes"]) == (-32600, LIMIT_BYTES)
+        assert f"{LIMIT_BYTES} bytes" in error["message"]
+    answer = http.post("/api/v1/users", content=big, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413
+    error = answer.json()["error"]
+    assert error["reason"] == "body_too_large" and f"{LIMIT_BYTES} bytes" in error["message"]
+
+
+def test_a_host_not_served_here_is_421_with_its_own_code(http: httpx.Client) -> None:
+    answer = http.post("/mcp", json=INIT, headers={"Host": "evil.example"})
+    assert answer.status_code == 421
+    error = answer.json()["error"]
+    assert (error["code"], error["data"]["reason"]) == (-32005, "misdirected_host")
+    assert error["code"] != -32001  # the rate limiter's code
+
+
+# -- item 2: the search query limit on the CLI ------------------------------------------------
+
+
+def test_toolspoke_search_refuses_a_query_over_the_limit_naming_it(app: Appliance) -> None:
+    done = cli(app.data_dir, "search", "A" * (MAX_QUERY_CHARS + 1))
+    assert done.returncode != 0
+    assert "query" in done.stderr and f"the limit is {MAX_QUERY_CHARS} characters" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert cli(app.data_dir, "search", "A" * MAX_QUERY_CHARS).returncode == 0
