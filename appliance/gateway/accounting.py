@@ -68,6 +68,7 @@ class Attempt:
     sent: bool = False  # the upstream was (or may have been) contacted
     upstream_s: float = 0.0
     bytes: int = 0
+    redacted: int = 0  # values replaced by [redacted] in the answer
 
 
 _CURRENT: ContextVar[Attempt | None] = ContextVar("toolspoke_attempt", default=None)
@@ -156,6 +157,13 @@ def resolved(tool: Tool) -> None:
         attempt.tool = tool
 
 
+def redacted(count: int) -> None:
+    """The answer had ``count`` stored-secret values replaced: the audit row says so."""
+    attempt = _CURRENT.get()
+    if attempt is not None and count:
+        attempt.redacted += count
+
+
 async def spend(
     rt: Runtime, principal: Principal, tool: Tool, send: Callable[[], Awaitable[CallResult]]
 ) -> CallResult:
@@ -239,11 +247,13 @@ def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         tool=tool.name if tool else attempt.name,
         runner=attempt.runner,
         outcome=attempt.outcome,
-        reason=attempt.reason,
+        # A redaction is worth a reason of its own when the call had none (an ok answer).
+        reason=attempt.reason or ("secret_redacted" if attempt.redacted else None),
         duration_ms=duration * 1000,
         bytes=attempt.bytes,
         fee=0,
         owner_call=attempt.owner,
+        redacted=attempt.redacted,
     )
     kit = tool.toolkit if tool else ""
     telemetry.child(telemetry.CALLS, kit, tool.kind if tool else "unknown", attempt.outcome).inc()
