@@ -19,6 +19,7 @@ Owners call their own toolkits free and uncounted (still rate-limited and audite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import time
@@ -33,6 +34,7 @@ from appliance.errors import (
     ApplianceError,
     Forbidden,
     InvalidParams,
+    NotFound,
     QuotaExhausted,
     RateLimited,
     StorageError,
@@ -113,9 +115,24 @@ def limit(rt: Runtime, principal: Principal, *, browse: bool = False) -> None:
         )
 
 
-def audited(fn: CallFn) -> CallFn:
-    """Decorate ``call_tool``: rate limit first, then one durable audit row per attempt."""
+Resolve = Callable[..., Awaitable[Tool]]
 
+
+def audited(resolve: Resolve) -> Callable[[CallFn], CallFn]:
+    """Decorate ``call_tool``: rate limit first, then one durable audit row per attempt.
+
+    ``resolve`` (``calls.resolve_tool``) names the tool of a throttled attempt for its row:
+    the limit comes before the lookup, and a row without its toolkit would be missing
+    from the owner's history filtered by toolkit. A name the caller cannot see stays a name.
+    """
+
+    def decorate(fn: CallFn) -> CallFn:
+        return _audited(fn, resolve)
+
+    return decorate
+
+
+def _audited(fn: CallFn, resolve: Resolve) -> CallFn:
     @functools.wraps(fn)
     async def wrapper(
         rt: Runtime, principal: Principal, name: str, arguments: dict[str, Any], **kw: Any
@@ -125,7 +142,12 @@ def audited(fn: CallFn) -> CallFn:
         rt.book.calls_open += 1  # a lone call's row may be committed without the thread hop
         try:
             try:
-                limit(rt, principal)
+                try:
+                    limit(rt, principal)
+                except RateLimited:
+                    with contextlib.suppress(ApplianceError):
+                        attempt.tool = await resolve(rt, principal, name, project=kw.get("project"))
+                    raise
                 result = await fn(rt, principal, name, arguments, **kw)
             except ApplianceError as exc:
                 _classify(attempt, exc)
@@ -220,7 +242,7 @@ def _classify(attempt: Attempt, exc: ApplianceError) -> None:
         attempt.outcome = "quota"
     elif isinstance(exc, UpstreamError):
         attempt.outcome = "blocked" if exc.reason in NEVER_LEFT else "upstream_error"
-    elif isinstance(exc, InvalidParams):
+    elif isinstance(exc, InvalidParams | NotFound):  # NotFound: a toolkit endpoint it cannot see
         attempt.outcome = "invalid"
     elif isinstance(exc, Unauthorized | Forbidden):
         attempt.outcome = "blocked"

@@ -82,7 +82,7 @@ def check_runner(tool: Tool, runner: str) -> None:
         )
 
 
-@accounting.audited  # rate limit first; one durable audit row per attempt
+@accounting.audited(resolve_tool)  # rate limit first; one durable audit row per attempt
 async def call_tool(
     rt: Runtime,
     principal: Principal,

@@ -87,8 +87,8 @@ def _work(needles: Needles, text: str, rounds: int = 3) -> float:
 
 def test_redaction_is_linear_in_the_text_whatever_it_holds() -> None:
     """1,000 secrets sharing a prefix; ordinary text, text made of the needles' prefixes (a
-    backtracking matcher's worst case) and text dense with real secrets: 4× the text costs
-    about 4× the time (bound: 10×), never the square."""
+    backtracking matcher's worst case) and text dense with real secrets: 4x the text costs
+    about 4x the time (bound: 10x), never the square."""
     values = ["sk_live_" + s for s in _secrets(1000, seed=3)]
     needles = Needles(values)
     rng = random.Random(7)
@@ -100,7 +100,7 @@ def test_redaction_is_linear_in_the_text_whatever_it_holds() -> None:
     for kind, unit in kinds.items():
         small = (unit * (1 + (1 << 17) // len(unit)))[: 1 << 17]
         ratio = _work(needles, small * 4) / max(_work(needles, small), 1e-6)
-        assert ratio < 10, f"{kind}: 4× the text took {ratio:.1f}× the time"
+        assert ratio < 10, f"{kind}: 4x the text took {ratio:.1f}x the time"
 
 
 # -- the vault's needles, refreshed through the memo --------------------------------------------
