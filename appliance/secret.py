@@ -175,8 +175,10 @@ class Redactor:
     """
 
     def __init__(self, values: Iterable[str] = (), *, needles: Iterable[Needles] = ()) -> None:
-        own = Needles(values)
-        self._needles = tuple(n for n in (*needles, own) if n)
+        given = tuple(n for n in needles if n)
+        values = tuple(values)
+        own = Needles(values) if values else NO_NEEDLES  # the call path passes none: no build
+        self._needles = (*given, own) if own else given
         self.hits = 0
 
     def __bool__(self) -> bool:
