@@ -35,6 +35,7 @@ LIBRARY_HOMES = {
     "sqlean": ("db",),
     "cryptography": ("vault/crypto",),
     "httpx": ("upstream",),
+    "ahocorasick": ("secret",),
 }
 
 

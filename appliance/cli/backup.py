@@ -82,7 +82,7 @@ def restore(backup_path: str, data_dir: str | None, config_file: str | None, as_
         with locks.sole(data):
             staged = db_restore.stage(Path(backup_path), settings.db_path)
             try:
-                keyring.check_opens(settings, staged.vault_keys)
+                keyring.check_opens(settings, staged.vault_keys, staged.sealed)
                 kept = db_restore.swap(staged, settings.db_path)
             finally:
                 db_restore.discard(staged.path)  # gone already once swapped

@@ -22,8 +22,7 @@ def default_migrations_dir() -> Path:
 
 
 # Numbers handed to parallel branches in session 3 that none of them needed: never used.
-# 11: taken by a parallel branch of session 4 (audit redactions); missing until it lands.
-_RESERVED: frozenset[int] = frozenset({8, 9, 11})
+_RESERVED: frozenset[int] = frozenset({8, 9})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:

@@ -32,7 +32,7 @@ import errno
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlean
@@ -53,6 +53,7 @@ class Staged:
     size: int
     schema_version: int
     vault_keys: list[tuple[int, bytes]]  # (version, wrapped data key) of every live key
+    sealed: dict[int, int] = field(default_factory=dict)  # key version -> credentials it seals
 
 
 def stage(backup: Path, db: Path, migrations: Path | None = None) -> Staged:
@@ -71,8 +72,8 @@ def stage(backup: Path, db: Path, migrations: Path | None = None) -> Staged:
         except OSError as exc:
             raise ApplianceError(f"cannot copy {backup} into {db.parent}: {exc.strerror}") from None
         _fold(staged, backup)
-        version, keys = _verify(staged, backup, migrations or default_migrations_dir())
-        return Staged(staged, staged.stat().st_size, version, keys)
+        version, keys, sealed = _verify(staged, backup, migrations or default_migrations_dir())
+        return Staged(staged, staged.stat().st_size, version, keys, sealed)
     except BaseException:
         discard(staged)
         raise
@@ -141,7 +142,9 @@ def _check_source(backup: Path, db: Path) -> None:
             raise InvalidParams(f"{backup} is not an SQLite database (no SQLite header)", field="backup")
 
 
-def _verify(staged: Path, backup: Path, migrations: Path) -> tuple[int, list[tuple[int, bytes]]]:
+def _verify(
+    staged: Path, backup: Path, migrations: Path
+) -> tuple[int, list[tuple[int, bytes]], dict[int, int]]:
     try:
         conn = _connect(str(staged), writer=False)
     except sqlean.Error as exc:
@@ -157,10 +160,14 @@ def _verify(staged: Path, backup: Path, migrations: Path) -> tuple[int, list[tup
             raise InvalidParams(f"{backup} failed its foreign key check", field="backup")
         version = _schema(conn, backup, migrations)
         keys: list[tuple[int, bytes]] = []
+        sealed: dict[int, int] = {}
         if _has_table(conn, "vault_keys"):
             rows = conn.execute("SELECT version, wrapped FROM vault_keys WHERE wrapped IS NOT NULL")
             keys = [(int(r[0]), bytes(r[1])) for r in rows]
-        return version, keys
+        if keys and _has_table(conn, "secrets"):  # what a key that does not open would lock away
+            counted = conn.execute("SELECT key_version, COUNT(*) FROM secrets GROUP BY key_version")
+            sealed = {int(r[0]): int(r[1]) for r in counted}
+        return version, keys, sealed
     except sqlean.Error as exc:
         raise InvalidParams(f"{backup} could not be checked: {exc}", field="backup") from None
     finally:

@@ -22,6 +22,7 @@ Owners call their own toolkits free and uncounted (still rate-limited and audite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import math
 import time
@@ -36,6 +37,7 @@ from appliance.errors import (
     ApplianceError,
     Forbidden,
     InvalidParams,
+    NotFound,
     QuotaExhausted,
     RateLimited,
     StorageError,
@@ -71,6 +73,7 @@ class Attempt:
     sent: bool = False  # the upstream was (or may have been) contacted
     upstream_s: float = 0.0
     bytes: int = 0
+    redacted: int = 0  # values replaced by [redacted] in the answer
 
 
 _CURRENT: ContextVar[Attempt | None] = ContextVar("toolspoke_attempt", default=None)
@@ -115,9 +118,24 @@ def limit(rt: Runtime, principal: Principal, *, browse: bool = False) -> None:
         )
 
 
-def audited(fn: CallFn) -> CallFn:
-    """Decorate ``call_tool``: rate limit first, then one durable audit row per attempt."""
+Resolve = Callable[..., Awaitable[Tool]]
 
+
+def audited(resolve: Resolve) -> Callable[[CallFn], CallFn]:
+    """Decorate ``call_tool``: rate limit first, then one durable audit row per attempt.
+
+    ``resolve`` (``calls.resolve_tool``) names the tool of a throttled attempt for its row:
+    the limit comes before the lookup, and a row without its toolkit would be missing
+    from the owner's history filtered by toolkit. A name the caller cannot see stays a name.
+    """
+
+    def decorate(fn: CallFn) -> CallFn:
+        return _audited(fn, resolve)
+
+    return decorate
+
+
+def _audited(fn: CallFn, resolve: Resolve) -> CallFn:
     @functools.wraps(fn)
     async def wrapper(
         rt: Runtime, principal: Principal, name: str, arguments: dict[str, Any], **kw: Any
@@ -127,7 +145,12 @@ def audited(fn: CallFn) -> CallFn:
         rt.book.calls_open += 1  # a lone call's row may be committed without the thread hop
         try:
             try:
-                limit(rt, principal)
+                try:
+                    limit(rt, principal)
+                except RateLimited:
+                    with contextlib.suppress(ApplianceError):
+                        attempt.tool = await resolve(rt, principal, name, project=kw.get("project"))
+                    raise
                 result = await fn(rt, principal, name, arguments, **kw)
             except ApplianceError as exc:
                 _classify(attempt, exc)
@@ -163,6 +186,13 @@ def resolved(tool: Tool) -> None:
     attempt = _CURRENT.get()
     if attempt is not None:
         attempt.tool = tool
+
+
+def redacted(count: int) -> None:
+    """The answer had ``count`` stored-secret values replaced: the audit row says so."""
+    attempt = _CURRENT.get()
+    if attempt is not None and count:
+        attempt.redacted += count
 
 
 async def spend(
@@ -227,7 +257,7 @@ def _classify(attempt: Attempt, exc: ApplianceError) -> None:
         attempt.outcome = "quota"
     elif isinstance(exc, UpstreamError):
         attempt.outcome = "blocked" if exc.reason in NEVER_LEFT else "upstream_error"
-    elif isinstance(exc, InvalidParams):
+    elif isinstance(exc, InvalidParams | NotFound):  # NotFound: a toolkit endpoint it cannot see
         attempt.outcome = "invalid"
     elif isinstance(exc, Unauthorized | Forbidden):
         attempt.outcome = "blocked"
@@ -254,11 +284,13 @@ def _record(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         tool=tool.name if tool else attempt.name,
         runner=attempt.runner,
         outcome=attempt.outcome,
-        reason=attempt.reason,
+        # A redaction is worth a reason of its own when the call had none (an ok answer).
+        reason=attempt.reason or ("secret_redacted" if attempt.redacted else None),
         duration_ms=duration * 1000,
         bytes=attempt.bytes,
         fee=0,
         owner_call=attempt.owner,
+        redacted=attempt.redacted,
     )
     kit = tool.toolkit if tool else ""
     telemetry.child(telemetry.CALLS, kit, tool.kind if tool else "unknown", attempt.outcome).inc()

@@ -12,8 +12,15 @@ from typing import Any
 
 from appliance.access import visibility
 from appliance.catalogue import store
-from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
-from appliance.gateway import accounting, credentials
+from appliance.errors import (
+    ApplianceError,
+    InvalidParams,
+    ToolNotFound,
+    Unauthorized,
+    UpstreamError,
+    WrongRunner,
+)
+from appliance.gateway import accounting, credentials, redaction
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -75,7 +82,7 @@ def check_runner(tool: Tool, runner: str) -> None:
         )
 
 
-@accounting.audited  # rate limit first; one durable audit row per attempt
+@accounting.audited(resolve_tool)  # rate limit first; one durable audit row per attempt
 async def call_tool(
     rt: Runtime,
     principal: Principal,
@@ -113,8 +120,16 @@ async def call_tool(
             is_error=True,
             meta={"reason": exc.reason, **exc.data},
         )
+    except ApplianceError as exc:
+        if prepared is not None:  # raised after the upstream spoke: its text may be in it
+            red = prepared.redactor()
+            redaction.scrub(exc, red)
+            accounting.redacted(red.hits)
+        raise
     if prepared is not None:
-        result = prepared.redact(result)  # an upstream echoing our secret never shows it
+        # An upstream echoing any stored secret never shows it; the audit row counts it.
+        result, hits = prepared.redact(result)
+        accounting.redacted(hits)
     log.info(
         "call tool=%s key=%s outcome=%s ms=%.1f",
         tool.name,

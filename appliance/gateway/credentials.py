@@ -8,6 +8,7 @@ OpenAPI, headers or child environment for MCP) and the ``Redactor`` for the answ
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
@@ -16,9 +17,10 @@ from typing import Any
 from appliance.catalogue import store, sync_store
 from appliance.db import ReadConn, SyncReader
 from appliance.errors import InvalidParams, UpstreamError
+from appliance.gateway import redaction
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Tool
-from appliance.secret import MIN_FORM, Redactor, Secret
+from appliance.secret import MIN_FORM, NO_NEEDLES, Needles, Redactor, Secret
 from appliance.upstream.auth import MCP_HTTP_SCHEMES, MCP_STDIO_SCHEMES, SCHEMES, Authorizer, UpstreamAuth
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.oauth import OAuthGrant
@@ -266,6 +268,13 @@ async def connection_with_auth(rt: Runtime, toolkit_id: int, connection: dict[st
     return (await prepare_kit(rt, toolkit_id)).connection(connection)
 
 
+@functools.lru_cache(maxsize=256)
+def _extra_needles(values: tuple[str, ...]) -> Needles:
+    """Secrets a call sent that the vault's needles lack (OAuth access tokens), compiled once
+    per set: a token lives for minutes and serves many calls."""
+    return Needles(values)
+
+
 @dataclass
 class PreparedCall:
     """What one call needs from the vault and the toolkit's egress settings."""
@@ -273,6 +282,7 @@ class PreparedCall:
     auth: UpstreamAuth | None
     authorizer: Authorizer | None
     max_bytes: int
+    needles: Needles = NO_NEEDLES  # every vault secret's forms (gateway/redaction.py)
 
     def connection(self, connection: dict[str, Any]) -> dict[str, Any]:
         """An MCP connection with this call's opened credential (``auth``) and cap (``max_bytes``)."""
@@ -281,13 +291,23 @@ class PreparedCall:
             extra["auth"] = self.auth
         return {**connection, **extra}
 
+    def redactor(self) -> Redactor:
+        """Every vault secret, and what this call sent that they may not cover: the OAuth
+        access tokens it used (never in the vault) and, should the vault's needles come from
+        an older look at the database than the credential, the credential itself."""
+        sent = [*self.auth.secrets()] if self.auth is not None else []
+        if self.authorizer is not None:
+            sent += self.authorizer.access_tokens()
+        extra = self.needles.missing(sent)
+        return Redactor(needles=(self.needles, _extra_needles(extra)) if extra else (self.needles,))
+
     def relays(
         self, on_progress: ProgressCallback | None, on_log: LogRelay | None
     ) -> tuple[ProgressCallback | None, LogRelay | None]:
         """The call's progress and log relays, redacting what an upstream says on the way."""
-        if self.auth is None:
+        redactor = self.redactor()
+        if not redactor:
             return on_progress, on_log
-        redactor = Redactor(self.auth.secrets())
         progress: ProgressCallback | None = None
         if on_progress is not None:
             relay_progress = on_progress
@@ -301,23 +321,19 @@ class PreparedCall:
             log = LogRelay(level=on_log.level, deliver=lambda params: deliver(redactor.value(params)))
         return progress, log
 
-    def redact(self, result: CallResult) -> CallResult:
-        """``result`` with every form of the toolkit's secrets replaced (RELIABILITY D-6)."""
-        if self.auth is None:
-            return result
-        redactor = (
-            self.authorizer.redactor() if self.authorizer is not None else Redactor(self.auth.secrets())
-        )
+    def redact(self, result: CallResult) -> tuple[CallResult, int]:
+        """``result`` with every form of every vault secret replaced (RELIABILITY D-6), and
+        how many values were replaced (for the audit row and ``_meta.redacted``)."""
+        redactor = self.redactor()
         if not redactor:
-            return result
+            return result, 0
         content = [redactor.value(part) for part in result.content]
         structured = redactor.value(result.structured)
         meta = redactor.value(result.meta)
         if not redactor.hits:
-            return result
-        return replace(
-            result, content=content, structured=structured, meta={**meta, "redacted": redactor.hits}
-        )
+            return result, 0
+        hits = redactor.hits
+        return replace(result, content=content, structured=structured, meta={**meta, "redacted": hits}), hits
 
 
 async def prepare(rt: Runtime, tool: Tool) -> PreparedCall:
@@ -346,7 +362,10 @@ async def prepare_kit(rt: Runtime, kit: int) -> PreparedCall:
     # that does not open raises, and a failure is never remembered.
     max_bytes, auth = await rt.db.cached(("credential", kit), load)
     return PreparedCall(
-        auth=auth, authorizer=None, max_bytes=int(max_bytes or rt.settings.upstream_max_bytes)
+        auth=auth,
+        authorizer=None,
+        max_bytes=int(max_bytes or rt.settings.upstream_max_bytes),
+        needles=await redaction.needles(rt),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 from appliance.catalogue import store
 from appliance.errors import StorageError, UpstreamError
+from appliance.gateway import redaction
 from appliance.gateway.runtime import Runtime
 from appliance.models import Tool
 from appliance.upstream.health import Health, Outcome, Transition
@@ -24,6 +25,9 @@ async def record(
     rt: Runtime, toolkit_id: int, label: str, outcome: Outcome, detail: str = ""
 ) -> Transition | None:
     """Fold one outcome in; persist and log the transition it caused, if any."""
+    # The detail quotes the upstream (an error, a crashed child's stderr): it is stored,
+    # logged and shown in refusals, so every vault secret is redacted from it first.
+    detail = await redaction.text(rt, detail) if detail else detail
     transition = rt.health.observe(toolkit_id, outcome, detail)
     if transition is None:
         return None

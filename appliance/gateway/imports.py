@@ -21,12 +21,13 @@ from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
 from appliance.errors import ApplianceError, ImportFailed, UpstreamError
-from appliance.gateway import demo_api
+from appliance.gateway import demo_api, redaction
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.sync import index_ids
 from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
+from appliance.secret import Redactor
 from appliance.upstream.processes import StdioSpec, check_spec
 
 log = logging.getLogger(__name__)
@@ -192,9 +193,9 @@ def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) ->
 
 
 def _convert_openapi(
-    raw: bytes, source: str, slug: str, base_url: str | None, max_bytes: int
+    raw: bytes, source: str, slug: str, base_url: str | None, max_bytes: int, red: Redactor
 ) -> ToolkitDraft:
-    spec = parse_document(raw, source=source, max_bytes=max_bytes)
+    spec = red.value(parse_document(raw, source=source, max_bytes=max_bytes))
     return convert_openapi(spec, slug, source=source, base_url=base_url)
 
 
@@ -218,11 +219,12 @@ async def import_openapi(
         await count_import(rt, importer)
     if base_url is not None:
         rt.egress.check_url(base_url, field="base_url")
-    raw = data if data is not None else await read_source(rt, source)
-    # Parsing and converting a large spec takes a second or more: keep it off the event loop.
-    draft = await asyncio.to_thread(
-        _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes
-    )
+    async with redaction.redacting(rt) as red:  # a fetched spec's error text, the spec itself
+        raw = data if data is not None else await read_source(rt, source)
+        # Parsing and converting a large spec takes a second or more: keep it off the event loop.
+        draft = await asyncio.to_thread(
+            _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes, red
+        )
     if not draft.base_url or not draft.base_url.startswith(("http://", "https://")):
         raise ImportFailed(
             "the spec names no absolute server URL; pass --base-url (e.g. https://api.example.com/v1)",
@@ -248,10 +250,11 @@ async def import_catalog(
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
-    raw = await read_source(rt, source)
-    draft = await asyncio.to_thread(
-        convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
-    )
+    async with redaction.redacting(rt):
+        raw = await read_source(rt, source)
+        draft = await asyncio.to_thread(
+            convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
+        )
     report = _report(draft, project, dry_run, started)
     if not dry_run:
         report.apply(await _store(rt, draft, project, replace))
@@ -321,11 +324,14 @@ async def import_mcp(
         cred_auth = to_auth(cred.scheme, cred.settings, cred.plain())
     timeout = rt.settings.upstream_timeout_s
     live = connection if cred is None else {**connection, "auth": cred_auth}
-    async with rt.mcp.temporary(live, timeout_s=timeout) as session:
-        tools = await session.list_tools(timeout_s=timeout)
-        info = session.server_info
-        instructions = session.instructions or ""
-        era = session.protocol_version
+    # Whatever the server says (its errors, tool list, server info, instructions) is
+    # redacted against every vault secret and the credential being imported, not yet sealed.
+    extra = cred_auth.secrets() if cred is not None else ()
+    async with redaction.redacting(rt, extra) as red, rt.mcp.temporary(live, timeout_s=timeout) as session:
+        tools = red.value(await session.list_tools(timeout_s=timeout))
+        info = red.value(session.server_info)
+        instructions = red.text(session.instructions or "")
+        era = red.text(session.protocol_version)
     source = connection.get("url") or " ".join([connection["command"], *connection["args"]])
     title = str(info.get("title") or info.get("name") or slug)
     draft = convert_tools_list(

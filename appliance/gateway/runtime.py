@@ -15,10 +15,12 @@ from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
 from appliance.gateway import demo_api
+from appliance.gateway.redaction import VaultNeedles
 from appliance.gateway.semantic import Semantic
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
+from appliance.secret import install_log_redaction
 from appliance.upstream.health import HealthBook, thresholds_from
 from appliance.upstream.mcp_pool import McpPool
 from appliance.upstream.oauth import TokenCache
@@ -84,6 +86,9 @@ class Runtime:
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         self._vault: Vault | None = None
+        # every vault secret's forms, for whatever upstream text comes back (gateway/redaction.py)
+        self.redaction = VaultNeedles()
+        install_log_redaction()
         self.semantic = Semantic(settings)  # embedding provider, breaker, search counters
 
     @property

@@ -18,7 +18,7 @@ from appliance.catalogue.mcp_listing import convert_tools_list
 from appliance.catalogue.sync import plan_sync
 from appliance.db import WriteTx
 from appliance.errors import InvalidParams, NotFound, UpstreamError
-from appliance.gateway import credentials
+from appliance.gateway import credentials, redaction
 from appliance.gateway.calls import pool_key
 from appliance.gateway.runtime import Runtime
 from appliance.models import KINDS, RUNNER_FOR_KIND, Kind
@@ -98,7 +98,8 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
             field="toolkit",
         )
     connection = await credentials.connection_with_auth(rt, kit["id"], kit["connection"])
-    listed = await _list_upstream(rt, pool_key(project, slug), connection)
+    async with redaction.redacting(rt) as red:  # its errors and its listing may quote a secret
+        listed = red.value(await _list_upstream(rt, pool_key(project, slug), connection))
     draft = convert_tools_list(listed, slug)
     report = SyncReport(slug=slug, project=project)
     report.skipped = [{"where": s.where, "reason": s.reason} for s in draft.skipped]

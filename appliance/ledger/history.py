@@ -57,6 +57,7 @@ def _row(row: Any) -> dict[str, Any]:
         "bytes": row["bytes"],
         "fee": credits(row["fee_milli"]),
         "owner_call": bool(row["owner_call"]),
+        "redacted": int(row["redacted"]),  # values replaced by [redacted] in the answer
     }
 
 

@@ -43,6 +43,7 @@ class AuditRow:
     bytes: int
     fee: int
     owner_call: bool
+    redacted: int = 0  # values replaced by [redacted] in what the caller got
 
     def as_tuple(self) -> tuple[Any, ...]:
         return (
@@ -63,13 +64,14 @@ class AuditRow:
             self.bytes,
             self.fee,
             int(self.owner_call),
+            self.redacted,
         )
 
 
 _AUDIT_INSERT = (
     "INSERT INTO audit_log (at, user_id, user_name, agent_id, agent_name, key_prefix, toolkit_id,"
-    " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call, redacted)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
 
 

@@ -192,6 +192,19 @@ def _envelope(params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
     return name, arguments, idempotency.key_of(params)
 
 
+async def refused_unreachable(rt: Runtime, principal: Principal, body: bytes, exc: ApplianceError) -> None:
+    """A ``tools/call`` sent to a toolkit endpoint the caller cannot reach (no grant, or no
+    such toolkit) is refused before any message is served, and audited all the same: an
+    attempt is an attempt, whatever answered it. Other messages and bodies that do not
+    parse leave nothing (they are not tool calls)."""
+    try:
+        msg = jsonrpc.parse(body)
+    except ApplianceError:
+        return
+    if msg.kind == "request" and msg.method == "tools/call" and isinstance(msg.params, dict):
+        await accounting.refused(rt, principal, msg.params.get("name"), exc)
+
+
 async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     try:
         name, arguments, key = _envelope(params)

@@ -106,7 +106,12 @@ class Authorizer:
             return Placement(headers={"Authorization": f"Bearer {token.reveal()}"})
         return Placement(headers=auth.static_headers())
 
-    def redactor(self) -> Redactor:
+    def access_tokens(self) -> list[str]:
+        """The OAuth access tokens this call used or the cache holds (not vault secrets, so
+        the gateway adds them to the vault's needles for this call's answer)."""
         known = self.tokens.current(self.key)
-        extra = [t.reveal() for t in self._used] + ([known.reveal()] if known is not None else [])
-        return Redactor([*self.auth.secrets(), *extra])
+        tokens = {t.reveal() for t in self._used} | ({known.reveal()} if known is not None else set())
+        return sorted(tokens)
+
+    def redactor(self) -> Redactor:
+        return Redactor([*self.auth.secrets(), *self.access_tokens()])

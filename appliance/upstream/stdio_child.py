@@ -18,6 +18,7 @@ from collections import deque
 from typing import TYPE_CHECKING, cast
 
 from appliance.errors import UpstreamError
+from appliance.secret import redact_text
 from appliance.upstream.spawn import ChildTransport
 
 if TYPE_CHECKING:
@@ -197,7 +198,8 @@ class Child(asyncio.SubprocessProtocol):
 
     def _stderr_line(self, raw: bytes | bytearray) -> None:
         text = raw.decode("utf-8", "replace").rstrip("\r")
-        text = self.owner.redactor.text(text)[:_STDERR_LINE_CHARS]
+        # its own variables, then every vault secret this process has loaded
+        text = redact_text(self.owner.redactor.text(text))[:_STDERR_LINE_CHARS]
         self.stderr.append(text)
         if self._budget.allow(self.name):
             log.info("stdio %s stderr: %s", self.name, text)

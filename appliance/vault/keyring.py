@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from appliance.config import Settings
@@ -82,32 +83,68 @@ def _sync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def check_opens(settings: Settings, wrapped: list[tuple[int, bytes]]) -> None:
+def at_stake(sealed: dict[int, int], versions: Iterable[int]) -> str:
+    """How many stored credentials the data keys ``versions`` seal (from ``sealed``: version
+    -> credentials, counted from the rows' plain ``key_version``: no key needed), as a sentence
+    for an operator deciding what to do about a key that does not open them."""
+    shut = sorted(set(versions))
+    count = sum(sealed.get(v, 0) for v in shut)
+    total = sum(sealed.values())
+    named = ", ".join(str(v) for v in shut)
+    noun = "credential" if count == 1 else "credentials"
+    return (
+        f" {count} stored {noun} (of {total}) {'is' if count == 1 else 'are'} sealed under the data "
+        f"key{'s' if len(shut) != 1 else ''} it cannot open (version{'s' if len(shut) != 1 else ''} {named})."
+    )
+
+
+async def sealed_counts(conn: ReadConn) -> dict[int, int]:
+    """Stored credentials per data key version; read without any key."""
+    rows = await conn.all("SELECT key_version AS v, COUNT(*) AS n FROM secrets GROUP BY key_version")
+    return {int(r["v"]): int(r["n"]) for r in rows}
+
+
+def _unopened(kek: Sealer, wrapped: Iterable[tuple[int, bytes]]) -> list[int]:
+    """The versions whose wrapped data key ``kek`` does not open (every one is tried)."""
+    shut = []
+    for version, blob in wrapped:
+        try:
+            kek.open(blob, context("vault_keys", version, "key"))
+        except SealError:
+            shut.append(version)
+    return shut
+
+
+def check_opens(
+    settings: Settings, wrapped: list[tuple[int, bytes]], sealed: dict[int, int] | None = None
+) -> None:
     """ConfigError unless the configured master key opens every ``(version, wrapped)`` data key.
 
     For a database that is not open yet (a backup about to be restored): the start-up rule
-    without its side effect, since no key file is ever created here.
+    without its side effect, since no key file is ever created here. ``sealed`` (version ->
+    stored credentials) lets the message say how many credentials are at stake.
     """
     if not wrapped:
         return
+    counts = sealed or {}
     master, where = read_master_key(settings)
     if master is None:
         raise ConfigError(
             f"the backup's vault holds secrets but there is no master key ({where} is missing and "
             "TOOLSPOKE_MASTER_KEY is not set); put the key that was in use when the backup was "
-            "taken in place first. Nothing was changed.",
+            "taken in place first. Nothing was changed." + at_stake(counts, [v for v, _ in wrapped]),
             field="master_key",
+            data={"sealed": sum(counts.values())},
         )
-    kek = Sealer(master, _KEK_LABEL)
-    for version, blob in wrapped:
-        try:
-            kek.open(blob, context("vault_keys", version, "key"))
-        except SealError:
-            raise ConfigError(
-                f"the master key from {where} does not open the backup's vault (data key version "
-                f"{version}); use the key that was in use when the backup was taken. Nothing was changed.",
-                field="master_key",
-            ) from None
+    shut = _unopened(Sealer(master, _KEK_LABEL), wrapped)
+    if shut:
+        raise ConfigError(
+            f"the master key from {where} does not open the backup's vault (data key version "
+            f"{shut[0]}); use the key that was in use when the backup was taken. Nothing was changed."
+            + at_stake(counts, shut),
+            field="master_key",
+            data={"sealed": sum(counts.get(v, 0) for v in shut), "versions": shut},
+        )
 
 
 class Vault:
@@ -127,23 +164,31 @@ class Vault:
         master, where = read_master_key(settings)
         async with db.read() as conn:
             rows = await conn.all("SELECT version, wrapped FROM vault_keys WHERE wrapped IS NOT NULL")
+            # Counted from the rows' plain key_version: what is at stake is known without a key.
+            sealed = await sealed_counts(conn) if rows else {}
+        wrapped = [(int(r["version"]), bytes(r["wrapped"])) for r in rows]
         if master is None:
             if rows:
                 raise ConfigError(
                     f"the vault holds secrets but there is no master key ({where} is missing and "
                     "TOOLSPOKE_MASTER_KEY is not set); restore the key file, or set the variable. "
                     "No new key was created, because it could not open the stored secrets."
+                    + at_stake(sealed, [v for v, _ in wrapped]),
+                    data={"sealed": sum(sealed.values())},
                 )
             master = _create_key_file(settings.master_key_path)
         vault = cls(master, settings)
-        for row in rows:
-            try:
-                vault._unwrap(int(row["version"]), bytes(row["wrapped"]))
-            except SealError:
-                raise ConfigError(
-                    f"the master key from {where} does not open this vault (data key version "
-                    f"{row['version']}); it is the wrong key. Nothing was changed." + _pending_hint(settings)
-                ) from None
+        shut = _unopened(vault._kek, wrapped)
+        if shut:
+            raise ConfigError(
+                f"the master key from {where} does not open this vault (data key version "
+                f"{shut[0]}); it is the wrong key. Nothing was changed."
+                + at_stake(sealed, shut)
+                + _pending_hint(settings),
+                data={"sealed": sum(sealed.get(v, 0) for v in shut), "versions": shut},
+            )
+        for version, blob in wrapped:
+            vault._unwrap(version, blob)
         return vault
 
     def _unwrap(self, version: int, wrapped: bytes) -> Sealer:

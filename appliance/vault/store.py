@@ -67,15 +67,16 @@ _GET = (
 
 
 async def get(conn: ReadConn, toolkit_id: int) -> StoredSecret | None:
-    return _stored(await conn.one(_GET, (toolkit_id,)))
+    return stored_row(await conn.one(_GET, (toolkit_id,)))
 
 
 def get_in(reader: SyncReader, toolkit_id: int) -> StoredSecret | None:
     """``get`` inside a ``ReadConn.batch`` (the call path reads several things in one hop)."""
-    return _stored(reader.one(_GET, (toolkit_id,)))
+    return stored_row(reader.one(_GET, (toolkit_id,)))
 
 
-def _stored(row: Any) -> StoredSecret | None:
+def stored_row(row: Any) -> StoredSecret | None:
+    """A ``secrets`` row (every column of ``_GET``) as a ``StoredSecret``."""
     if row is None:
         return None
     return StoredSecret(

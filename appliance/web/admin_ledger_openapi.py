@@ -136,6 +136,7 @@ _CALL = {
         "bytes": {"type": "integer"},
         "fee": _NUMBER,
         "owner_call": {"type": "boolean"},
+        "redacted": {"type": "integer", "minimum": 0, "description": "values replaced by [redacted]"},
     },
 }
 _PAGE = {

@@ -306,7 +306,12 @@ async def _caller(
             raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'") from None
         return ANONYMOUS, kit, scope
     principal = await preflight(request)
-    kit, scope = await _scope(request, principal, slug, project)
+    try:
+        kit, scope = await _scope(request, principal, slug, project)
+    except NotFound as exc:  # a toolkit this key cannot see: a tools/call to it still has its row
+        if request.method == "POST":
+            await mcp.refused_unreachable(request.app.ctx.rt, principal, request.body, exc)
+        raise
     return principal, kit, scope
 
 

@@ -23,6 +23,7 @@ STEPS = (
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
     ("Spend and accounting: what it adds to a call, calls/s through the full path", ["accounting.py"]),
     ("Vault and egress: sealing, rotation, guard cost", ["vault_bench.py"]),
+    ("Redaction: a 1 MiB answer against 1,000 vault secrets", ["redaction_bench.py"]),
 )
 
 if __name__ == "__main__":

@@ -231,11 +231,13 @@ def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another
     assert not fine.is_error
     assert upstream.count == 121
     prefix = first[:12]
+    # The throttled attempt is filed under its toolkit (issue 16 item 11), like every other.
     assert query(
         app.data_dir,
-        "SELECT outcome, count(*) FROM audit_log WHERE key_prefix = ? AND toolkit IS NULL GROUP BY 1",
+        "SELECT toolkit, count(*) FROM audit_log WHERE key_prefix = ? AND outcome = 'rate_limited'"
+        " GROUP BY 1",
         (prefix,),
-    ) == [("rate_limited", 1)]
+    ) == [(tool.split("__")[0], 1)]
 
 
 def test_a_caller_without_credit_gets_32002_and_nothing_reaches_the_upstream(app: Appliance) -> None:

@@ -21,7 +21,7 @@ from appliance.errors import ConfigError, Conflict
 from appliance.secret import Secret
 from appliance.vault import store
 from appliance.vault.crypto import Sealer, SealError, blob_version, context, new_key, parse_master_key
-from appliance.vault.keyring import Vault
+from appliance.vault.keyring import Vault, check_opens
 
 T = TypeVar("T")
 CTX = context("secrets", 7, "credential")
@@ -232,6 +232,56 @@ def test_a_wrong_missing_or_malformed_master_key_stops_start_up_and_changes_noth
         return await _read(db, await Vault.open(db, right_env), 1)
 
     assert run(check, tmp_path) == {"token": "CANARY-keep-me"}
+
+
+def test_a_master_key_that_does_not_open_the_vault_says_how_many_credentials_it_would_lock_away(
+    tmp_path: Path,
+) -> None:
+    """Issue 16 item 12: besides the reason, how many stored credentials are sealed under the
+    data keys the key cannot open, counted without any key (from the rows' key version)."""
+    settings_ = _settings(tmp_path)
+
+    async def seed(db: Database) -> None:
+        vault = await Vault.open(db, settings_)
+        kits = await _toolkits(db, 3)
+        for kit in kits:
+            await _put(db, vault, kit, f"CANARY-{kit}-value")
+        # A data key version wrapped under some other master key (a rekey gone astray), sealing
+        # one of the three credentials: only that one is at stake for the key in the file.
+        stray = Sealer(new_key(), 1).seal(new_key(), context("vault_keys", 2, "key"))
+        async with db.write() as tx:
+            await tx.run("INSERT INTO vault_keys (version, wrapped) VALUES (2, ?)", (stray,))
+            await tx.run("UPDATE secrets SET key_version = 2 WHERE toolkit_id = ?", (kits[0],))
+
+    run(seed, tmp_path)
+
+    def refusal(settings: config.Settings) -> ConfigError:
+        with pytest.raises(ConfigError) as caught:
+            run(lambda db: Vault.open(db, settings), tmp_path)
+        return caught.value
+
+    partly = refusal(settings_)
+    assert "does not open this vault (data key version 2)" in partly.public_message
+    assert "1 stored credential (of 3) is sealed under the data key it cannot open (version 2)" in (
+        partly.public_message
+    )
+    assert partly.data["sealed"] == 1
+    wrong = refusal(_settings(tmp_path, TOOLSPOKE_MASTER_KEY=new_key().hex()))
+    assert "3 stored credentials (of 3) are sealed under the data keys it cannot open (versions 1, 2)" in (
+        wrong.public_message
+    )
+    (tmp_path / "master.key").unlink()
+    missing = refusal(settings_)
+    assert (
+        "no master key" in missing.public_message and "3 stored credentials (of 3)" in missing.public_message
+    )
+    # The restore check (a backup not open yet) says the same from the counts it is handed.
+    with pytest.raises(ConfigError, match=r"2 stored credentials \(of 2\) are sealed"):
+        check_opens(_settings(tmp_path, TOOLSPOKE_MASTER_KEY=new_key().hex()), [(1, stray_key())], {1: 2})
+
+
+def stray_key() -> bytes:
+    return Sealer(new_key(), 1).seal(new_key(), context("vault_keys", 1, "key"))
 
 
 def test_rotation_reseals_every_secret_under_a_new_version_and_the_old_one_can_be_retired(
