@@ -41,7 +41,13 @@ class Tally:
 
     face: str
     sent: int = 0
+    started: float = field(default_factory=time.monotonic)
+    seconds: float = 0.0  # set when the face is done
     failures: dict[str, list[str]] = field(default_factory=dict)
+
+    def done(self) -> Tally:
+        self.seconds = time.monotonic() - self.started
+        return self
 
     def fail(self, category: str, detail: str) -> None:
         self.failures.setdefault(category, []).append(detail[:600])
@@ -53,7 +59,8 @@ class Tally:
         counts = ", ".join(f"{c} {self.count(c)}" for c in categories)
         extra = sorted(set(self.failures) - set(categories))
         more = "".join(f", {c} {self.count(c)}" for c in extra)
-        return f"{self.face:<14} sent {self.sent:>5}: {counts}{more}"
+        took = self.seconds or time.monotonic() - self.started
+        return f"{self.face:<14} sent {self.sent:>5} in {took:4.1f}s: {counts}{more}"
 
 
 @dataclass

@@ -182,6 +182,9 @@ class StdioProcess:
         except OSError as exc:
             return [], time.monotonic() - start, f"died: write failed ({exc.__class__.__name__})"
         answers: list[bytes] = []
+        # Requests run concurrently, so a slow one is answered after the ping: wait for both.
+        expect = _request_id(line)
+        synced, answered = False, expect is None
         while True:
             remaining = DEADLINE_S * 2 - (time.monotonic() - start)
             try:
@@ -191,8 +194,12 @@ class StdioProcess:
             if got is None:
                 return answers, time.monotonic() - start, "died: stdout closed"
             if sync_id.encode() in got and b'"result"' in got:
+                synced = True
+            else:
+                answers.append(got)
+                answered = answered or _answers(got, expect)
+            if synced and answered:
                 return answers, time.monotonic() - start, ""
-            answers.append(got)
 
     def call(self, doc: dict[str, Any]) -> Any:
         """Send a valid request; its answer (requests run concurrently: a slow one is answered
@@ -234,6 +241,25 @@ class StdioProcess:
             if pipe is not None:
                 pipe.close()
         return rc
+
+
+def _request_id(line: bytes) -> Any:
+    """The id a line's answer will carry, when the line is one request (else None)."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(doc, dict) and isinstance(doc.get("method"), str) and type(doc.get("id")) in (str, int):
+        return doc["id"]
+    return None
+
+
+def _answers(line: bytes, msg_id: Any) -> bool:
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and doc.get("id") == msg_id
 
 
 class SseStream:
