@@ -46,12 +46,17 @@ def check_origin(request: Request, settings: Settings) -> None:
     origin = request.headers.get("origin")
     if origin is None:
         return  # non-browser clients send none
-    parts = urlsplit(origin)
-    if parts.scheme in ("http", "https") and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"):
-        return
     if origin in settings.allowed_origins:
         return
-    raise Forbidden(f"Origin {origin!r} is not allowed; add it to TOOLSPOKE_ALLOWED_ORIGINS", field="origin")
+    refused = Forbidden(f"Origin {origin!r} is not allowed; add it to TOOLSPOKE_ALLOWED_ORIGINS", field="origin")
+    try:
+        parts = urlsplit(origin)
+        hostname = parts.hostname or ""
+    except ValueError:  # "http://[::1" and the like: no URL, so no origin we serve
+        raise refused from None
+    if parts.scheme in ("http", "https") and hostname in ("localhost", "127.0.0.1", "::1"):
+        return
+    raise refused
 
 
 def bearer_token(request: Request) -> str | None:
