@@ -9,7 +9,7 @@ import pytest
 
 from appliance.config import load
 from appliance.errors import Forbidden
-from appliance.web.guards import check_origin
+from appliance.web.guards import MisdirectedRequest, check_host, check_origin
 
 
 def request(origin: str) -> Any:
@@ -27,3 +27,15 @@ def test_an_origin_that_is_no_url_is_refused_with_403_naming_the_field(origin: s
 def test_a_loopback_origin_still_passes() -> None:
     for origin in ("http://127.0.0.1", "http://localhost:3000", "http://[::1]:8765"):
         check_origin(request(origin), load(env={}))
+
+
+@pytest.mark.parametrize("host", ["[::1]evil", "[::1]evil.example:80", "127.0.0.1:evil", "localhost:80x"])
+def test_a_host_that_is_no_name_and_port_is_misdirected(host: str) -> None:
+    # Found by the protocol fuzz: "[::1]evil" was read as "[::1]" and served.
+    with pytest.raises(MisdirectedRequest):
+        check_host(cast(Any, SimpleNamespace(headers={"host": host})), load(env={}))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:8765", "[::1]:8765", "[::1]", "LOCALHOST:1"])
+def test_a_loopback_host_with_or_without_a_port_is_served(host: str) -> None:
+    check_host(cast(Any, SimpleNamespace(headers={"host": host})), load(env={}))
