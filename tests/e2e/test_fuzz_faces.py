@@ -94,6 +94,7 @@ SLUG_TEMPLATES = [
     {"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name": "listNotes", "arguments": {}}},
     {"jsonrpc": "2.0", "id": 13, "method": "tools/list", "params": {}},
 ]
+NOTIFICATION_TAG = "sent-as-no-request"
 HOSTILE_SEGMENTS = [
     "nope",
     "x" * 300,
@@ -113,7 +114,10 @@ def run_mcp(run: Run, n: int, path: str, templates: list[dict[str, Any]], sessio
     """/mcp or /mcp/<slug>: modern templates with their routing headers, legacy ones with the
     session (``session()`` opens a new one when the last was dropped)."""
     for i in range(n):
+        category = CATEGORIES[i % len(CATEGORIES)]
         template = run.rng.choice(templates)
+        if category == "notification" and run.rng.random() < 0.5:
+            template = marked_note(template, direct=path != "/mcp")
         modern = "_meta" in (template.get("params") or {})
         fixed = routing_headers(template)
 
@@ -127,10 +131,35 @@ def run_mcp(run: Run, n: int, path: str, templates: list[dict[str, Any]], sessio
                 extra.append(("Mcp-Session-Id", session()))
             return run.base(extra)
 
-        run.send(run.case(CATEGORIES[i % len(CATEGORIES)], "POST", path, template, headers), is_rpc_error)
+        run.send(run.case(category, "POST", path, template, headers), is_rpc_error)
         if (i + 1) % PROBE_EVERY == 0:
             run.probe()
     run.probe()
+
+
+def marked_note(template: dict[str, Any], *, direct: bool) -> dict[str, Any]:
+    """A createNote tagged ``NOTIFICATION_TAG`` in the template's era: sent only as a
+    notification (or another message that is no request), it must never run."""
+    note = {"body": {"title": "n", "tags": [NOTIFICATION_TAG]}}
+    name, arguments = (
+        ("createNote", note) if direct else ("run_tool", {"tool": "demo__createNote", "input": note})
+    )
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    if "_meta" in (template.get("params") or {}):
+        return modern_request("tools/call", params)
+    return {"jsonrpc": "2.0", "id": 14, "method": "tools/call", "params": params}
+
+
+def notifications_ran(tally: Tally, server: Server) -> None:
+    """Any note tagged by a message that was no request means a notification was executed."""
+    with server.http() as client:
+        notes = client.get("/demo/api/notes", params={"tag": NOTIFICATION_TAG, "limit": 100}).json()
+    for note in notes:
+        tally.fail("notification_ran", f"a tools/call that was no request created note {note}")
+    if notes:
+        with server.http() as client:
+            for note in notes:
+                client.delete(f"/demo/api/notes/{note['id']}")
 
 
 def legacy_session(server: Server, path: str) -> Callable[[], str]:
@@ -192,9 +221,10 @@ def run_sse(run: Run, n: int) -> Tally:
             elif doc.get("id") == msg_id:
                 return doc
 
+    client = server.http()
+
     def post(doc: dict[str, Any]) -> None:
-        with server.http() as client:
-            client.post(stream().endpoint, json=doc)
+        client.post(server.app.base_url + stream().endpoint, json=doc)
 
     def sync(what: str) -> None:
         state["sync"] += 1
@@ -218,6 +248,8 @@ def run_sse(run: Run, n: int) -> Tally:
     for i in range(n):
         category = CATEGORIES[i % len(CATEGORIES)]
         template = rng.choice(LEGACY_TEMPLATES)
+        if category == "notification" and rng.random() < 0.5:
+            template = marked_note(template, direct=False)
         if category == "headers" and rng.random() < 0.35:
             hdrs, what, guarded, framing = mutate_headers(rng, run.base(), server.port)
             data = fuzz.request_bytes("GET", rng.choice(("/sse", "/sse/demo", "/sse/nope")), hdrs)
@@ -243,6 +275,7 @@ def run_sse(run: Run, n: int) -> Tally:
             run.probe(probe_sse)
     run.probe(probe_sse)
     state["stream"].close()
+    client.close()
     return tally
 
 
@@ -353,15 +386,20 @@ def run_stdio(server: Server, tally: Tally, rng: random.Random, paths: tuple[byt
     categories = [c for c in CATEGORIES if c not in ("headers", "truncated")]
     templates = MODERN_TEMPLATES + LEGACY_TEMPLATES
     oversized = iter((9 * MIB, 5 * MIB))  # past MAX_LINE (4 MiB) and past twice it; then 300 KB
+    asked: dict[Any, str] = {}  # id -> what was sent with it: late answers name their request
     for i in range(n):
         category = categories[i % len(categories)]
         template = rng.choice(templates)
+        if category == "notification" and rng.random() < 0.5:
+            template = marked_note(template, direct=False)
+        template = {**template, "id": f"m{i}"} if "id" in template else template
         if category == "oversized":
             size = next(oversized, 300 * 1024)
             line, what = dumps({**template, "pad": "p" * size}), f"a {size}-byte line"
         else:
             line, what = mut.body(category, template)
             what = f"{category} {what}"
+        asked[f"m{i}"] = what
         answers, elapsed, trouble = proc.exchange(line)
         tally.sent += 1
         if trouble.startswith("died"):
@@ -371,13 +409,18 @@ def run_stdio(server: Server, tally: Tally, rng: random.Random, paths: tuple[byt
             proc.restart()
         elif trouble or elapsed > DEADLINE_S:
             tally.fail("slow", f"{what}: {elapsed:.1f}s {trouble}")
+            if trouble:
+                proc.recover(tally, what)
         for answer in answers:
-            fuzz.scan(tally, answer, what, paths)
-            fuzz.internal(tally, answer, what)
             try:
-                ok = json.loads(answer).get("jsonrpc") == "2.0"
-            except (ValueError, AttributeError):
-                ok = False
+                doc = json.loads(answer)
+            except ValueError:
+                doc = None
+            ok = isinstance(doc, dict) and doc.get("jsonrpc") == "2.0"
+            msg_id = doc.get("id") if ok and isinstance(doc, dict) else None
+            source = asked.get(msg_id, what) if type(msg_id) is str else what
+            fuzz.scan(tally, answer, source, paths)
+            fuzz.internal(tally, answer, source)
             if not ok:
                 tally.fail("not_jsonrpc", f"{what}: {answer[:200]!r}")
         if (i + 1) % PROBE_EVERY == 0 or i == n - 1:
@@ -407,6 +450,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, tu
         server.close()
 
 
+@pytest.mark.timeout(300)  # a hang found must not cut off the report: each is bounded, then restarted
 def test_every_face_survives_the_seeded_protocol_fuzz(
     world: tuple[Server, tuple[bytes, ...]], request: pytest.FixtureRequest
 ) -> None:
@@ -420,10 +464,17 @@ def test_every_face_survives_the_seeded_protocol_fuzz(
     ):
         tally = Tally(face)
         run_mcp(Run(server, tally, rng, paths), PER_FACE, path, templates, legacy_session(server, path))
+        notifications_ran(tally, server)
         tallies.append(tally.done())
-    tallies.append(run_sse(Run(server, Tally("sse"), rng, paths), PER_FACE).done())
-    tallies.append(run_api(Run(server, Tally("api/v1"), rng, paths), PER_FACE).done())
-    tallies.append(run_stdio(server, Tally("stdio"), rng, paths, PER_FACE).done())
+    faces: list[Callable[[], Tally]] = [
+        lambda: run_sse(Run(server, Tally("sse"), rng, paths), PER_FACE),
+        lambda: run_api(Run(server, Tally("api/v1"), rng, paths), PER_FACE),
+        lambda: run_stdio(server, Tally("stdio"), rng, paths, PER_FACE),
+    ]
+    for face_run in faces:
+        tally = face_run()
+        notifications_ran(tally, server)
+        tallies.append(tally.done())
     log = Tally("serve log")
     fuzz.scan(log, "".join(server.close()).encode(), "serve's output", ())
     tallies.append(log)

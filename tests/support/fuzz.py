@@ -272,21 +272,23 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=True, allow_nan=True).encode()
 
 
-def huge_string(rng: random.Random) -> str:
+def huge_string(rng: random.Random) -> tuple[str, str]:
+    """A long string of one of several shapes, and its description."""
     size = rng.choice((4096, 65536, 300_000))
     shape = rng.randrange(6)
     if shape == 0:
-        return "x" * size
+        return "x" * size, f"'x'*{size}"
     if shape == 1:
         # A long run of capitals: the shape that makes a greedy camel-case split quadratic.
-        return "A" * min(size, 20_000) + "b"
+        n = min(size, 20_000)
+        return "A" * n + "b", f"'A'*{n}+'b'"
     if shape == 2:
-        return "".join(rng.choice("aZ09_-./: ") for _ in range(size // 8)) * 8
+        return "".join(rng.choice("aZ09_-./: ") for _ in range(size // 8)) * 8, f"identifier soup {size}"
     if shape == 3:
-        return "\u00e9\U0001f600" * (size // 4)
+        return "\u00e9\U0001f600" * (size // 4), f"non-ASCII {size // 2} chars"
     if shape == 4:
-        return ("%41" * (size // 3))[:size]
-    return "a_" * (size // 2)
+        return ("%41" * (size // 3))[:size], f"'%41'*{size // 3}"
+    return "a_" * (size // 2), f"'a_'*{size // 2}"
 
 
 def deep_value(rng: random.Random) -> tuple[bytes, int]:
@@ -353,14 +355,17 @@ class Mutator:
             path = self.pick_path(doc, text=True)
             kind = rng.randrange(4)
             if kind == 0:
-                value: Any = huge_string(rng)
+                value, shape = huge_string(rng)
             elif kind == 1:
-                value = 10 ** rng.choice((20, 400, 4000))
+                power = rng.choice((20, 400, 4000))
+                value, shape = 10**power, f"10**{power}"
             elif kind == 2:
-                value = {f"k{i}": i for i in range(rng.choice((1000, 50_000)))}
+                n = rng.choice((1000, 50_000))
+                value, shape = {f"k{i}": i for i in range(n)}, f"object of {n} keys"
             else:
-                value = list(range(rng.choice((1000, 100_000))))
-            return dumps(_set(doc, path, value)), f"{'.'.join(map(str, path))}=huge({kind})"
+                n = rng.choice((1000, 100_000))
+                value, shape = list(range(n)), f"array of {n}"
+            return dumps(_set(doc, path, value)), f"{'.'.join(map(str, path))}={shape}"
         if category == "deep":
             path = self.pick_path(doc)
             nested, depth = deep_value(rng)
@@ -415,8 +420,11 @@ class Mutator:
         if shape == 2:
             return dumps({"jsonrpc": "2.0", "id": doc.get("id", 1), "result": {"x": 1}}), "a response"
         if shape == 3:
-            bad = {**doc, "result": {}, "error": {"code": 1, "message": "x"}}
-            return dumps(bad), "request with result and error"
+            bad = {k: v for k, v in doc.items() if k != "id"} | {
+                "result": {},
+                "error": {"code": 1, "message": "x"},
+            }
+            return dumps(bad), "notification with result and error"
         return dumps({**doc, "method": "notifications/" + str(doc.get("method"))}), "notification method"
 
 

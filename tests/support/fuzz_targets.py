@@ -169,7 +169,7 @@ class StdioProcess:
         for line in proc.stderr:
             self.stderr.append(line.decode("utf-8", "replace"))
 
-    def exchange(self, line: bytes) -> tuple[list[bytes], float, str]:
+    def exchange(self, line: bytes, timeout: float = DEADLINE_S) -> tuple[list[bytes], float, str]:
         """Send one line; (the lines answered before the sync ping's answer, seconds, trouble)."""
         self._sync += 1
         sync_id = f"sync-{self._sync}"
@@ -186,7 +186,7 @@ class StdioProcess:
         expect = _request_id(line)
         synced, answered = False, expect is None
         while True:
-            remaining = DEADLINE_S * 2 - (time.monotonic() - start)
+            remaining = timeout - (time.monotonic() - start)
             try:
                 got = self.lines.get(timeout=max(0.01, remaining))
             except queue.Empty:
@@ -201,12 +201,12 @@ class StdioProcess:
             if synced and answered:
                 return answers, time.monotonic() - start, ""
 
-    def call(self, doc: dict[str, Any]) -> Any:
+    def call(self, doc: dict[str, Any], timeout: float = DEADLINE_S) -> Any:
         """Send a valid request; its answer (requests run concurrently: a slow one is answered
         after a later ping, so wait for its own id), else what went wrong."""
         msg_id = doc.get("id")
-        answers, _, trouble = self.exchange(json.dumps(doc).encode())
-        deadline = time.monotonic() + DEADLINE_S * 2
+        answers, _, trouble = self.exchange(json.dumps(doc).encode(), timeout)
+        deadline = time.monotonic() + timeout
         while not trouble:
             for line in answers:
                 try:
@@ -227,6 +227,13 @@ class StdioProcess:
     def restart(self) -> None:
         self.stop()
         self._start()
+
+    def recover(self, tally: Tally, what: str) -> None:
+        """After a timeout: wait (bounded) for a ping's answer, else restart the process."""
+        got = self.call({"jsonrpc": "2.0", "id": f"alive-{self._sync}", "method": "ping"}, RECOVER_S)
+        if not (isinstance(got, dict) and "result" in got):
+            tally.fail("hung", f"no answer to a ping {RECOVER_S:.0f}s after {what}; restarted")
+            self.restart()
 
     def stop(self) -> int | None:
         """Close stdin (the client going away) and wait for the exit; its code."""
@@ -259,7 +266,10 @@ def _answers(line: bytes, msg_id: Any) -> bool:
         doc = json.loads(line)
     except (ValueError, RecursionError):
         return False
-    return isinstance(doc, dict) and doc.get("id") == msg_id
+    if not isinstance(doc, dict):
+        return False
+    # A line the server could not read (its JSON is not ours) is answered with a null id.
+    return doc.get("id") == msg_id or (doc.get("id") is None and "error" in doc)
 
 
 class SseStream:
