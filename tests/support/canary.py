@@ -85,12 +85,13 @@ class Sweep:
 class CanaryHttpUpstream:
     """An OpenAPI upstream that leaks everything it is sent.
 
-        ``GET /api/echo``: 200 with the request's headers and query (a successful result that
-        echoes the credential). ``GET /api/fail``: 500 whose text quotes them ("token Bearer …
-        revoked"). ``GET /api/seen``: every request it was ever sent, whichever toolkit sent it
-    (another toolkit's secret in this one's answer). ``GET /api/private``: needs the OAuth access token, then echoes.
-        ``POST /oauth/token``: the refresh grant; once ``refuse_grants`` is set it answers 400
-        quoting the form it got (refresh token and client secret included).
+    ``GET /api/echo``: 200 with the request's headers and query (a successful result that
+    echoes the credential). ``GET /api/fail``: 500 whose text quotes them ("token Bearer …
+    revoked"). ``GET /api/seen``: every request it was ever sent, whichever toolkit sent it
+    (another toolkit's secret in this one's answer). ``GET /api/private``: needs the OAuth
+    access token, then echoes. ``POST /oauth/token``: the refresh grant; once
+    ``refuse_grants`` is set it answers 400 quoting the form it got (refresh token and client
+    secret included).
     """
 
     def __init__(self, client_id: str, client_secret: str, refresh_token: str) -> None:
