@@ -22,10 +22,22 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]", "::1")
 
 
 def _host_name(host: str) -> str:
+    """The name in ``name[:port]``; a value of any other shape is returned whole, so that it
+    matches no allowed name (``[::1]evil`` is not ``[::1]``)."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[: host.find("]") + 1] if "]" in host else host
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        end = host.find("]")
+        if end == -1:
+            return host
+        name, rest = host[: end + 1], host[end + 1 :]
+    elif host.count(":") == 1:
+        name, _, port = host.partition(":")
+        rest = ":" + port
+    else:
+        return host
+    if rest and not (rest[1:].isascii() and rest[1:].isdigit() and rest.startswith(":")):
+        return host
+    return name
 
 
 def check_host(request: Request, settings: Settings) -> None:
@@ -42,12 +54,19 @@ def check_origin(request: Request, settings: Settings) -> None:
     origin = request.headers.get("origin")
     if origin is None:
         return  # non-browser clients send none
-    parts = urlsplit(origin)
-    if parts.scheme in ("http", "https") and (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"):
-        return
     if origin in settings.allowed_origins:
         return
-    raise Forbidden(f"Origin {origin!r} is not allowed; add it to TOOLSPOKE_ALLOWED_ORIGINS", field="origin")
+    refused = Forbidden(
+        f"Origin {origin!r} is not allowed; add it to TOOLSPOKE_ALLOWED_ORIGINS", field="origin"
+    )
+    try:
+        parts = urlsplit(origin)
+        hostname = parts.hostname or ""
+    except ValueError:  # "http://[::1" and the like: no URL, so no origin we serve
+        raise refused from None
+    if parts.scheme in ("http", "https") and hostname in ("localhost", "127.0.0.1", "::1"):
+        return
+    raise refused
 
 
 def bearer_token(request: Request) -> str | None:
