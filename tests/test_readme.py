@@ -82,3 +82,12 @@ def test_granting_a_private_toolkit_tells_the_operator_to_publish_it_first(tmp_p
     assert "private" in refused.stderr and "publish it" in refused.stderr
     missing = cli(data, "grants", "add", "1", "nosuch")
     assert missing.returncode == 1 and "no toolkit named 'nosuch'" in missing.stderr
+
+
+def test_where_the_readme_shows_the_inspectors_header_it_says_node_22_is_needed() -> None:
+    text = README.read_text(encoding="utf-8")
+    shown = [m.start() for m in re.finditer(r"inspector --cli .*\n?.*--header", text)]
+    assert shown, "the README shows the Inspector with --header"
+    for at in shown:
+        before = text[max(0, at - 400) : at]
+        assert "Node 22 or later" in before, "say the Inspector's --header needs Node 22 beside it"
