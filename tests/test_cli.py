@@ -313,6 +313,15 @@ def test_call_of_an_unknown_tool_exits_1_naming_it(data: Path) -> None:
     assert done.returncode == 1
     assert "petstore__nope" in done.stderr
     assert done.stdout == ""
+    assert "did you mean" not in done.stderr  # nothing is close to "nope"
+
+
+def test_call_of_a_misspelt_tool_suggests_the_close_names(data: Path) -> None:
+    done = cli(data, "call", "petstore__listPet", env=LOCAL)
+    assert done.returncode == 1
+    assert "did you mean 'petstore__listPets'?" in done.stderr
+    slugless = cli(data, "call", "showPetById", env=LOCAL)
+    assert "did you mean 'petstore__showPetById'?" in slugless.stderr
 
 
 @pytest.mark.parametrize("raw", ["[1]", "not json"])
