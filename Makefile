@@ -70,10 +70,17 @@ debs:
 	    $$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $$missing; \
 	fi
 
-## binary: one-file executable in dist/toolspoke
-binary: $(VENV)/.installed-binary $(MODEL)
+## binary: one-file executable in dist/toolspoke (rebuilt only when what goes into it changed)
+binary: dist/toolspoke
+
+# Everything the spec bundles: the package (the model inside it), the migrations. Bytecode
+# caches are left out: running the tests writes them, and that is no reason to rebuild.
+BINARY_SOURCES = $(shell find appliance migrations -type f -not -path '*/__pycache__/*' -not -name '*.pyc')
+
+dist/toolspoke: $(BINARY_SOURCES) toolspoke.spec pyproject.toml $(MODEL) $(VENV)/.installed-binary
 	$(BIN)/pyinstaller --noconfirm --clean --log-level WARN \
 		--distpath dist --workpath .pyi-work toolspoke.spec
+	touch $@
 
 ## smoke: start the binary, initialize over MCP, search, call a tool, stop
 smoke: binary

@@ -148,6 +148,52 @@ def test_a_dry_run_import_lists_the_tools_and_stores_nothing(data: Path) -> None
     assert toolkit_slugs(data) == ["demo", "petstore"]  # init installs the demo; nothing more
 
 
+def test_a_spec_with_no_usable_operation_exits_1_with_the_skipped_report_and_stores_nothing(
+    data: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.json"
+    bad = {"get": {"parameters": [{"$ref": "#/nope"}], "responses": {"200": {"description": "ok"}}}}
+    broken.write_text(
+        json.dumps({"openapi": "3.0.3", "info": {"title": "b", "version": "1"}, "paths": {"/a": bad}})
+    )
+    hooks = FIXTURES / "oai-v3.1-webhook-example.yaml"
+    for source, extra in ((hooks, ()), (hooks, ("--dry-run",)), (broken, ()), (broken, ("--dry-run",))):
+        args = (
+            "import",
+            "openapi",
+            str(source),
+            "--slug",
+            "empty",
+            "--base-url",
+            "https://x.example",
+            *extra,
+        )
+        done = cli(data, *args)
+        assert done.returncode == 1, (source, extra, done.stdout)
+        assert "no usable operation" in done.stderr
+        assert "nothing was stored" in done.stderr
+        assert "Traceback" not in done.stderr
+        if source == broken:
+            assert "skipped GET /a: parameter 0: $ref '#/nope'" in done.stderr
+    assert toolkit_slugs(data) == ["petstore"]
+
+
+def test_a_dry_run_needs_no_base_url(data: Path, tmp_path: Path) -> None:
+    spec = tmp_path / "nobase.json"
+    op = {"get": {"operationId": "getA", "responses": {"200": {"description": "ok"}}}}
+    spec.write_text(
+        json.dumps({"openapi": "3.0.3", "info": {"title": "n", "version": "1"}, "paths": {"/a": op}})
+    )
+    done = cli(data, "import", "openapi", str(spec), "--slug", "nobase", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "nobase__getA" in done.stdout
+    assert "saving this import needs --base-url" in done.stderr
+    saved = cli(data, "import", "openapi", str(spec), "--slug", "nobase")
+    assert saved.returncode == 1
+    assert "--base-url" in saved.stderr
+    assert toolkit_slugs(data) == ["petstore"]
+
+
 def test_importing_into_an_existing_slug_needs_replace(data: Path, upstream: PetstoreUpstream) -> None:
     args = ("import", "openapi", str(PETSTORE), "--slug", "again", "--base-url", upstream.base_url)
     try:
@@ -267,6 +313,15 @@ def test_call_of_an_unknown_tool_exits_1_naming_it(data: Path) -> None:
     assert done.returncode == 1
     assert "petstore__nope" in done.stderr
     assert done.stdout == ""
+    assert "did you mean" not in done.stderr  # nothing is close to "nope"
+
+
+def test_call_of_a_misspelt_tool_suggests_the_close_names(data: Path) -> None:
+    done = cli(data, "call", "petstore__listPet", env=LOCAL)
+    assert done.returncode == 1
+    assert "did you mean 'petstore__listPets'?" in done.stderr
+    slugless = cli(data, "call", "showPetById", env=LOCAL)
+    assert "did you mean 'petstore__showPetById'?" in slugless.stderr
 
 
 @pytest.mark.parametrize("raw", ["[1]", "not json"])

@@ -193,7 +193,11 @@ async def create_grant(
     if not isinstance(enabled, bool):
         raise InvalidParams("'enabled' must be true or false", field="enabled")
     names = check_tool_names(tools if tools is not None else [], "tools")
-    kit_id = await _reachable(tx, int(agent["user_id"]), toolkit, project)
+    try:
+        kit_id = await _reachable(tx, int(agent["user_id"]), toolkit, project)
+    except NotFound:
+        await _explain_unreachable(tx, actor, agent, toolkit, project)
+        raise
     if await tx.one("SELECT 1 FROM grants WHERE agent_id = ? AND toolkit_id = ?", (agent_id, kit_id)):
         raise Conflict("this agent already has a grant on this toolkit; change that one", field="toolkit")
     grant_id = await tx.run(
@@ -204,6 +208,28 @@ async def create_grant(
         "INSERT INTO grant_tools (grant_id, tool_name) VALUES (?, ?)", [(grant_id, n) for n in names]
     )
     return await get_grant(tx, actor, grant_id)
+
+
+async def _explain_unreachable(
+    conn: ReadConn, actor: Principal, agent: dict[str, Any], slug: str, project: str
+) -> None:
+    """An admin (who sees every toolkit) asking to grant one the agent's user cannot reach
+    learns why and what to do; anyone else keeps "no toolkit named" (nothing revealed). The
+    grant itself stays refused: it would do nothing until the toolkit were published."""
+    if not (actor.is_admin or actor.operator):
+        return
+    row = await conn.one(
+        "SELECT 1 FROM toolkits k JOIN projects p ON p.id = k.project_id WHERE k.slug = ? AND p.slug = ?",
+        (slug, project),
+    )
+    if row is None:
+        return
+    user = await conn.one("SELECT name FROM users WHERE id = ?", (int(agent["user_id"]),))
+    raise Conflict(
+        f"toolkit {slug!r} is private and not {user['name'] if user else 'the user'}'s: publish it"
+        " or make it a default before granting it to their agent",
+        field="toolkit",
+    )
 
 
 async def update_grant(

@@ -7,10 +7,11 @@ name, whatever order the operations come in, so a re-import keeps tool identitie
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from appliance.errors import ImportFailed
 
@@ -84,3 +85,50 @@ def assign_names(slug: str, items: Sequence[tuple[str, str]]) -> list[str]:
             names[i] = tool_name(slug, f"{sanitise_action(raw)}_{short_hash(key, length)}")
     dupes = sorted(n for n, c in Counter(names).items() if c > 1)
     raise ImportFailed(f"two tools have the same identity: {dupes[0]}", field="name")
+
+
+# Did-you-mean: the work is bounded whatever the catalogue or the caller sends. A longer
+# "name" than any tool can have gets no suggestion; at most SUGGEST_POOL candidates are
+# compared (difflib: about 10 µs each), those of the toolkit it names (else sharing its first
+# letters) first.
+SUGGEST_INPUT_MAX = MAX_NAME + 16
+SUGGEST_POOL = 1000
+CLOSE = 0.6  # difflib's ratio at which get_close_matches calls two strings close
+
+
+def close_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """Up to ``n`` of ``candidates`` that look like ``name`` (case aside), closest first.
+
+    Names of the toolkit ``name`` names are compared by their action alone (a shared
+    ``slug__`` would make every one of them look close), and so is a bare action. The
+    caller hands in only names the asker may see, so a suggestion reveals nothing."""
+    if not name or len(name) > SUGGEST_INPUT_MAX:
+        return []
+    pool: dict[str, str] = {}
+    for c in candidates:
+        pool.setdefault(c.lower(), c)
+    lowered = name.lower()
+    slug, sep, action = lowered.partition(SEPARATOR)
+    prefix = slug + sep if sep else None
+    keys = list(pool)
+    if len(keys) > SUGGEST_POOL:  # the same toolkit's names first, else the same first letters
+        near = [k for k in keys if k.startswith(prefix)] if prefix else []
+        near = near or [k for k in keys if k[:2] == lowered[:2]]
+        keys = (near or keys)[:SUGGEST_POOL]
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    scored: list[tuple[float, str]] = []
+    for key in keys:
+        if prefix is None:  # a bare action: compared with each name's action
+            mine, theirs = lowered, key.partition(SEPARATOR)[2] or key
+        elif key.startswith(prefix):  # the toolkit it names: compared by action alone
+            mine, theirs = action, key[len(prefix) :]
+        else:  # another toolkit: the whole name (a typo in the slug)
+            mine, theirs = lowered, key
+        matcher.set_seqs(theirs, mine)
+        # difflib's cheap upper bounds first, as get_close_matches does.
+        if matcher.real_quick_ratio() >= CLOSE and matcher.quick_ratio() >= CLOSE:
+            score = matcher.ratio()
+            if score >= CLOSE:
+                scored.append((score, key))
+    scored.sort(key=lambda s: (-s[0], s[1]))
+    return [pool[k] for _, k in scored[:n]]

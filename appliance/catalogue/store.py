@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from appliance.catalogue.naming import SEPARATOR
 from appliance.catalogue.sync import fingerprint
 from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, NotFound
@@ -257,6 +258,31 @@ def tools_named_in(
     )
     rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where} ORDER BY p.slug, t.name", params)
     return [_tool(r) for r in rows]
+
+
+def _like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def suggestion_candidates_in(
+    conn: SyncReader, name: str, *, project: str | None = None, scope: Scope | None = None, limit: int = 1000
+) -> list[str]:
+    """Visible active tool names that ``name`` may have meant, at most ``limit``: those of the
+    toolkit it names (a typo in the action), the same action in another toolkit (a typo in the
+    slug) or, for a name without ``__``, that action in any toolkit (the slug left out)."""
+    slug, sep, action = name.partition(SEPARATOR)
+    if sep:
+        likes = [_like(slug + sep) + "%"] + (["%" + _like(sep + action)] if action else [])
+    else:
+        likes = ["%" + _like(SEPARATOR + name), _like(name) + "%"]
+    where, params = _where(
+        ("(" + " OR ".join("t.name LIKE ? ESCAPE '\\'" for _ in likes) + ")", likes),
+        (_ACTIVE, []),
+        ("p.slug = ?", [project]) if project is not None else ("", []),
+        (scope or EVERYTHING).tool_sql("t"),
+    )
+    rows = conn.all(f"SELECT DISTINCT t.name {_TOOL_FROM}{where} ORDER BY t.name LIMIT ?", [*params, limit])
+    return [r["name"] for r in rows]
 
 
 async def tools_named(

@@ -83,7 +83,9 @@ def toolkits_remove(ctx: click.Context, slug: str, project: str) -> None:
 @click.option("--project", default=None)
 @click.option("--limit", type=click.IntRange(1, 100), default=None)
 @KEY
-@click.option("--explain", is_flag=True, help="Show lexical and semantic ranks and scores (hybrid).")
+@click.option(
+    "--explain", is_flag=True, help="Show the ranking agents get (and why) with each tool's ranks and scores."
+)
 @STORE
 def search(
     query: str,
@@ -110,7 +112,9 @@ def search(
             project=project,
             limit=limit,
             max_limit=100,
-            ranking="hybrid" if explain else "auto",
+            # What an agent's search gets, kill switch included: explaining a ranking that
+            # agents are not served would mislead (`eval --ranking` compares rankings).
+            ranking="auto",
         )
 
     outcome = operate(data_dir, config_file, work)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from appliance.cli.common import (
     run,
     settings_for,
 )
+from appliance.errors import ImportFailed
 
 
 @main.group(name="import")
@@ -46,6 +48,24 @@ def _print_report(report: Any, as_json: bool) -> None:
         click.echo(f"note: {note}", err=True)
 
 
+def _reporting_refusal(work: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+    """An import refused for having nothing usable prints its skipped-operations report first,
+    so the operator sees why every operation was dropped (the error line follows)."""
+
+    async def wrapped(rt: Any) -> Any:
+        try:
+            return await work(rt)
+        except ImportFailed as exc:
+            for skip in exc.data.get("skipped", []):
+                click.echo(f"skipped {skip['where']}: {skip['reason']}", err=True)
+            more = exc.data.get("skipped_count", 0) - len(exc.data.get("skipped", []))
+            if more > 0:
+                click.echo(f"... and {more} more skipped", err=True)
+            raise
+
+    return wrapped
+
+
 @import_.command("openapi")
 @click.argument("source")
 @click.option("--slug", required=True, help="Toolkit slug: lower-case letters, digits and '-'.")
@@ -71,8 +91,10 @@ def import_openapi(
     report = operate(
         data_dir,
         config_file,
-        lambda rt: imports.import_openapi(
-            rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
+        _reporting_refusal(
+            lambda rt: imports.import_openapi(
+                rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
+            )
         ),
     )
     _print_report(report, as_json)
@@ -101,8 +123,10 @@ def import_catalog(
     report = operate(
         data_dir,
         config_file,
-        lambda rt: imports.import_catalog(
-            rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
+        _reporting_refusal(
+            lambda rt: imports.import_catalog(
+                rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
+            )
         ),
     )
     _print_report(report, as_json)

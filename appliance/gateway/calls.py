@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from appliance.access import visibility
-from appliance.catalogue import store
+from appliance.catalogue import naming, store
+from appliance.db import SyncReader
 from appliance.errors import (
     ApplianceError,
     InvalidParams,
@@ -34,9 +36,33 @@ _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
 log = logging.getLogger(__name__)
 
 
-def unknown_tool(name: str) -> ToolNotFound:
-    # One text for "absent" and "not yours", so an error never reveals a tool exists.
-    return ToolNotFound(f"unknown tool {name!r}; find tools with search_tools", field="name")
+def unknown_tool(name: str, suggestions: Sequence[str] = ()) -> ToolNotFound:
+    # One text for "absent" and "not yours", so an error never reveals a tool exists; the
+    # suggestions come from the names the caller may see alone, so they reveal nothing either.
+    if not suggestions:
+        return ToolNotFound(f"unknown tool {name!r}; find tools with search_tools", field="name")
+    return ToolNotFound(
+        f"unknown tool {name!r}; did you mean {' or '.join(repr(s) for s in suggestions)}?"
+        " (or find tools with search_tools)",
+        field="name",
+        data={"suggestions": list(suggestions)},
+    )
+
+
+async def suggest_tools(
+    rt: Runtime, principal: Principal, name: str, *, project: str | None = None
+) -> list[str]:
+    """Visible tool names close to ``name`` (did-you-mean), found in the reader's thread."""
+    if len(name) > naming.SUGGEST_INPUT_MAX:
+        return []
+
+    def find(r: SyncReader) -> list[str]:
+        scope = visibility.scope_in(r, principal)
+        candidates = store.suggestion_candidates_in(r, name, project=project, scope=scope)
+        return naming.close_names(name, candidates)
+
+    async with rt.db.read() as conn:
+        return await conn.batch(find)
 
 
 async def resolve_tool(rt: Runtime, principal: Principal, name: str, *, project: str | None = None) -> Tool:
@@ -60,7 +86,7 @@ async def resolve_tool(rt: Runtime, principal: Principal, name: str, *, project:
         ),
     )
     if not tools:
-        raise unknown_tool(name)
+        raise unknown_tool(name, await suggest_tools(rt, principal, name, project=project))
     if len(tools) > 1:
         projects = [t.project for t in tools]
         raise InvalidParams(

@@ -9,10 +9,11 @@ Every call still takes the gateway's one call path (``calls.call_tool``).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from appliance.access import visibility
-from appliance.catalogue import store
+from appliance.catalogue import naming, store
 from appliance.catalogue.naming import SEPARATOR
 from appliance.errors import InvalidParams, NotFound, Unauthorized
 from appliance.gateway import accounting
@@ -117,9 +118,12 @@ async def call(
 ) -> CallResult:
     if principal.anonymous:
         raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
-    tool = next((t for t in await _tools(rt, principal, kit) if own_name(t) == name), None)
+    tools = await _tools(rt, principal, kit)
+    tool = next((t for t in tools if own_name(t) == name), None)
     if tool is None:
-        refusal = unknown_tool(name)
+        # Did-you-mean among this toolkit's names the caller sees (bounded; off the loop).
+        own = [own_name(t) for t in tools]
+        refusal = unknown_tool(name, await asyncio.to_thread(naming.close_names, name, own))
         await accounting.refused(rt, principal, name, refusal)  # one audit row per attempt
         raise refusal
     return await call_tool(

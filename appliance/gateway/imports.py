@@ -31,6 +31,7 @@ from appliance.secret import Redactor
 from appliance.upstream.processes import StdioSpec, check_spec
 
 log = logging.getLogger(__name__)
+NO_BASE_URL = "the spec names no absolute server URL"
 
 
 @dataclass
@@ -192,6 +193,24 @@ def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) ->
     )
 
 
+# A refusal carries the skipped-operations report, bounded: a spec of thousands of broken
+# operations must not become an error document of megabytes.
+REFUSAL_SKIPPED_MAX = 50
+
+
+def _refuse_empty(draft: ToolkitDraft, lacks: str) -> None:
+    """Nothing usable is refused before anything is stored (a replace keeps the old toolkit)."""
+    if draft.tools:
+        return
+    skipped = [{"where": s.where, "reason": s.reason} for s in draft.skipped]
+    why = f"all {len(skipped)} skipped" if skipped else "it defines none"
+    raise ImportFailed(
+        f"nothing to import: {lacks} ({why}); nothing was stored",
+        field="document",
+        data={"skipped": skipped[:REFUSAL_SKIPPED_MAX], "skipped_count": len(skipped)},
+    )
+
+
 def _convert_openapi(
     raw: bytes, source: str, slug: str, base_url: str | None, max_bytes: int, red: Redactor
 ) -> ToolkitDraft:
@@ -225,13 +244,17 @@ async def import_openapi(
         draft = await asyncio.to_thread(
             _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes, red
         )
-    if not draft.base_url or not draft.base_url.startswith(("http://", "https://")):
+    _refuse_empty(draft, "the spec has no usable operation")
+    absolute = draft.base_url if (draft.base_url or "").startswith(("http://", "https://")) else None
+    if absolute is not None:
+        rt.egress.check_url(absolute, field="base_url")
+    elif not dry_run:
         raise ImportFailed(
-            "the spec names no absolute server URL; pass --base-url (e.g. https://api.example.com/v1)",
-            field="base_url",
+            f"{NO_BASE_URL}; pass --base-url (e.g. https://api.example.com/v1)", field="base_url"
         )
-    rt.egress.check_url(draft.base_url, field="base_url")
     report = _report(draft, project, dry_run, started)
+    if absolute is None:  # a dry run only looks: say what saving will need instead of refusing
+        report.notes.append(f"{NO_BASE_URL}: saving this import needs --base-url")
     if not dry_run:
         report.apply(await _store(rt, draft, project, replace, importer=importer))
     report.seconds = time.perf_counter() - started
@@ -255,6 +278,7 @@ async def import_catalog(
         draft = await asyncio.to_thread(
             convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
         )
+    _refuse_empty(draft, "the catalogue has no tool definition")
     report = _report(draft, project, dry_run, started)
     if not dry_run:
         report.apply(await _store(rt, draft, project, replace))

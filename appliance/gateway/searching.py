@@ -90,7 +90,7 @@ async def search(
     it again (per-tool restrictions), so no ranking can show a tool the caller may not see.
     ``allowed_toolkit_ids`` (``providers``) narrows further.
 
-    ``ranking`` other than ``auto`` is for `toolspoke eval` and `search --explain`: ``lexical``
+    ``ranking`` other than ``auto`` is for `toolspoke eval`: ``lexical``
     skips the semantic pass; ``semantic`` ranks by cosine alone; ``hybrid`` fuses. Either of the
     last two still answers lexically (with a reason) when the semantic pass cannot run.
     ``max_limit`` lifts the agent-facing cap for `toolspoke eval`, which scores the top 100.
@@ -194,7 +194,8 @@ def _why_not_semantic(reader: SyncReader, model_id: str | None, setting_on: bool
         return "" if ranking in ("auto", "lexical") else "no_provider"
     switch = reader.one("SELECT value FROM search_state WHERE key = 'semantic'")
     on = setting_on if switch is None else switch[0] != "off"
-    # An explicit request (eval, --explain) ignores the switch; agents' searches obey it.
+    # An explicit request (eval --ranking) ignores the switch; agents' searches (and
+    # `search --explain`, which shows what they get) obey it.
     if not on and ranking == "auto":
         return "switched_off"
     return ""

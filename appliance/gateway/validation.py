@@ -1,8 +1,9 @@
 """Tool arguments checked against the tool's input schema before anything leaves.
 
 The error names the JSON pointer of the offending value (``/body/name``) or, for a
-missing property, the pointer where it should be (``/petId``), so an agent can fix the
-call. Validators are compiled once per schema text and cached.
+missing property, the pointer where it should be (``/petId``), and lists every error (up
+to a bound, reason before value: ``validation_errors.py``), so an agent can fix the call.
+Validators are compiled once per schema text and cached.
 
 Most tools' schemas are plain objects of typed properties. For those a compiled quick
 check answers "valid" first (a tenth of jsonschema's time on every call); it only ever
@@ -14,19 +15,16 @@ jsonschema's from the start.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import jsonschema
 import orjson
-from jsonschema.exceptions import ValidationError
 
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway.patterns import bounded_pattern
-
-
-def _pointer(parts: Any) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+from appliance.gateway.validation_errors import MAX_COUNTED, describe
 
 
 @functools.lru_cache(maxsize=4096)
@@ -139,30 +137,9 @@ def _quick_for(schema_json: bytes) -> Check | None:
         return None
 
 
-def _describe(err: ValidationError) -> tuple[str, str]:
-    path = list(err.absolute_path)
-    required: Any = err.validator_value
-    if err.validator == "required" and isinstance(err.instance, dict) and isinstance(required, list):
-        missing = next((p for p in required if p not in err.instance), None)
-        if missing is not None:
-            pointer = _pointer([*path, missing])
-            return pointer, f"missing required property {missing!r} at {pointer}"
-    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-        schema: Any = err.schema
-        allowed = set((schema.get("properties") or {}).keys()) if isinstance(schema, dict) else set()
-        extra = sorted(k for k in err.instance if k not in allowed)
-        if extra:
-            pointer = _pointer([*path, extra[0]])
-            return pointer, f"unexpected property {extra[0]!r} at {pointer}"
-    pointer = _pointer(path) or "/"
-    message = err.message
-    if len(message) > 300:
-        message = message[:300] + "…"
-    return pointer, f"invalid value at {pointer}: {message}"
-
-
 def validate_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """Raise ArgumentsInvalid (field = JSON pointer) when ``arguments`` break ``schema``."""
+    """Raise ArgumentsInvalid (field = JSON pointer; data.errors every error, bounded) when
+    ``arguments`` break ``schema``."""
     text = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
     quick = _quick_for(text)
     try:
@@ -171,7 +148,8 @@ def validate_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Non
     except RecursionError:
         pass  # deep enough to exhaust the stack: jsonschema decides (and refuses cleanly)
     try:
-        errors = list(_validator(text).iter_errors(arguments))
+        # Bounded: a thousand bad items are counted, not a million (errors are lazy).
+        errors = list(itertools.islice(_validator(text).iter_errors(arguments), MAX_COUNTED + 1))
     except (RecursionError, jsonschema.exceptions.SchemaError, LookupError, ValueError):
         # An unresolvable $ref or a pathological schema: refuse the call, do not crash.
         raise ArgumentsInvalid(
@@ -179,7 +157,5 @@ def validate_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Non
         ) from None
     if not errors:
         return
-    best = jsonschema.exceptions.best_match(errors)
-    assert best is not None
-    pointer, message = _describe(best)
-    raise ArgumentsInvalid(message, field=pointer, data={"path": pointer})
+    message, pointer, data = describe(errors)
+    raise ArgumentsInvalid(message, field=pointer, data=data)

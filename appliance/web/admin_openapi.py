@@ -84,6 +84,10 @@ SCHEMAS: dict[str, Any] = {
                     "message": {"type": "string"},
                     "field": {"type": "string"},
                     "retry_after_s": {"type": "integer"},
+                    "skipped": {"type": "array", "items": {"type": "object"}},
+                    "skipped_count": {"type": "integer"},
+                    "errors": {"type": "array", "items": {"type": "object"}},
+                    "error_count": {"type": "integer"},
                 },
                 ["reason", "message"],
             )
@@ -456,6 +460,31 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def operation_id(method: str, path: str) -> str:
+    """``get_toolkits_by_slug_calls`` for GET /api/v1/toolkits/{slug}/calls: stable (a function
+    of the route alone, so client generators keep their names across releases) and unique (one
+    per method and path; a parameter is ``by_<name>`` so it cannot meet a literal segment)."""
+    words = [method]
+    for segment in path.removeprefix("/api/v1/").split("/"):
+        name = segment.strip("{}")
+        words.append(f"by_{name}" if segment.startswith("{") else name)
+    return "_".join(w.replace("-", "_").replace(".", "_") for w in words)
+
+
+def _with_ids(paths: dict[str, Any]) -> dict[str, Any]:
+    # Copied, not set in place: one operation object may serve two paths (an alias).
+    return {
+        path: {
+            key: {**value, "operationId": operation_id(key, path)} if key in _METHODS else value
+            for key, value in item.items()
+        }
+        for path, item in paths.items()
+    }
+
+
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
@@ -471,7 +500,7 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": SCHEMAS,
         },
-        "paths": {**PATHS, **admin_ledger_openapi.PATHS},
+        "paths": _with_ids({**PATHS, **admin_ledger_openapi.PATHS}),
     }
 
 

@@ -27,12 +27,18 @@ JsonHandler = Callable[..., Awaitable[Any]]
 Refusal = Callable[[ApplianceError], HTTPResponse]
 
 
+# The members of an error's data an API client reads beside the message: the wait of a
+# throttled call, an import refusal's skipped-operations report, every argument error.
+PUBLIC_EXTRAS = ("retry_after_s", "skipped", "skipped_count", "errors", "error_count")
+
+
 def error_response(exc: ApplianceError, status: int | None = None) -> HTTPResponse:
     doc: dict[str, Any] = {"reason": exc.reason, "message": exc.public_message}
     if exc.field is not None:
         doc["field"] = exc.field
-    if "retry_after_s" in exc.data:
-        doc["retry_after_s"] = exc.data["retry_after_s"]
+    for extra in PUBLIC_EXTRAS:
+        if extra in exc.data:
+            doc[extra] = exc.data[extra]
     headers = {"WWW-Authenticate": 'Bearer realm="toolspoke"'} if exc.http_status == 401 else {}
     if "retry_after_s" in exc.data:
         headers["Retry-After"] = str(exc.data["retry_after_s"])

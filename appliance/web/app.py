@@ -53,7 +53,10 @@ def _touchup_possible() -> bool:
 
 
 def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
-    app: Sanic = Sanic(name)
+    # Sanic's own logging config would give its loggers a second handler (its format) beside
+    # the root one `serve` sets up (which they propagate to): every line twice. The root's
+    # handler, behind the log queue, writes them once.
+    app: Sanic = Sanic(name, configure_logging=False)
     app.config.TOUCHUP = _touchup_possible()
     # uvloop where installed (less CPU per call than the stock loop; `toolspoke stdio` uses
     # it too, cli/common.py); the stock asyncio loop where it is absent (Windows, PyPy). The

@@ -118,12 +118,17 @@ def test_two_agents_of_two_users_each_see_and_call_only_their_own_grants(world: 
             assert listed.is_error is False
             assert json.loads(listed.content[0].text) == [{"id": 1, "name": "Rex", "tag": "dog"}]
             theirs = await a1.call_tool("use_tool", {"tool": "bobpets__listPets", "input": {}})
-            ghost = await a1.call_tool("use_tool", {"tool": "nothing__here", "input": {}})
+            # A ghost of the same shape (did-you-mean depends on the spelling asked for, and
+            # draws on a1's visible names alone): the hidden tool answers exactly like it.
+            ghost = await a1.call_tool("use_tool", {"tool": "bobpetz__listPets", "input": {}})
             assert theirs.is_error and ghost.is_error
             assert theirs.content[0].text.replace("bobpets__listPets", "X") == ghost.content[0].text.replace(
-                "nothing__here", "X"
+                "bobpetz__listPets", "X"
             )
             assert theirs.meta == ghost.meta
+            assert theirs.meta["toolspoke/suggestions"] == ["pets__listPets"]  # a1's own, not bob's
+            nothing = await a1.call_tool("use_tool", {"tool": "nothing__here", "input": {}})
+            assert "toolspoke/suggestions" not in (nothing.meta or {})
         async with connect(as_key(world.app, world.keys["b1"])) as b1:
             assert await _search(b1) == {"bobpets__listPets"}  # a grant of one tool shows one tool
             before = len(world.upstream.requests)
@@ -139,11 +144,12 @@ def test_two_agents_of_two_users_each_see_and_call_only_their_own_grants(world: 
             with pytest.raises(MCPError) as direct:
                 await b1.call_tool("pets__listPets", {})
             with pytest.raises(MCPError) as missing:
-                await b1.call_tool("nothing__here", {})
+                await b1.call_tool("petz__listPets", {})  # a ghost of the same shape
             assert direct.value.error.code == missing.value.error.code == -32602
             assert direct.value.error.message.replace(
-                "pets__listPets", "X"
-            ) == missing.value.error.message.replace("nothing__here", "X")
+                "'pets__listPets'", "X"
+            ) == missing.value.error.message.replace("'petz__listPets'", "X")
+            assert direct.value.error.data["suggestions"] == ["bobpets__listPets"]  # b1's, not a1's
 
     run(scenario())
 

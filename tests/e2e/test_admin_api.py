@@ -40,7 +40,10 @@ def upstream() -> Iterator[PetstoreUpstream]:
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    with running_appliance(tmp_path_factory.mktemp("admin") / "data") as running:
+    # This module imports more than the default ten times an hour with the one admin key; the
+    # hourly limit itself is tested in test_access_keys and test_credentials.
+    env = {"TOOLSPOKE_IMPORTS_PER_HOUR": "100"}
+    with running_appliance(tmp_path_factory.mktemp("admin") / "data", env=env) as running:
         yield running
 
 
@@ -171,6 +174,37 @@ def test_a_bad_spec_is_422_with_reason_and_field(
     )
     assert_error(r, 422, "import_failed", field)
     assert "broken" not in slugs(api)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_spec_with_no_usable_operation_is_422_with_the_skipped_report_and_a_replace_keeps_the_toolkit(
+    api: httpx.Client, upstream: PetstoreUpstream, dry_run: bool
+) -> None:
+    bad = {"get": {"parameters": [{"$ref": "#/nope"}], "responses": {"200": {"description": "ok"}}}}
+    spec = {"openapi": "3.0.3", "info": {"title": "b", "version": "1"}, "paths": {"/a": bad}}
+    hooks = yaml.safe_load((FIXTURES / "oai-v3.1-webhook-example.yaml").read_text())
+    assert api.post("/api/v1/toolkits/openapi", json=import_body("keep", upstream)).status_code == 201
+    try:
+        for doc, skipped in (
+            (hooks, []),
+            (spec, [{"where": "GET /a", "reason": "parameter 0: $ref '#/nope' does not resolve"}]),
+        ):
+            body = {
+                "slug": "keep",
+                "spec": doc,
+                "base_url": upstream.base_url,
+                "replace": True,
+                "dry_run": dry_run,
+            }
+            error = assert_error(
+                api.post("/api/v1/toolkits/openapi", json=body), 422, "import_failed", "document"
+            )
+            assert "no usable operation" in error["message"]
+            assert (error["skipped"], error["skipped_count"]) == (skipped, len(skipped))
+        kits = {k["toolkit"]: k for k in api.get("/api/v1/toolkits").json()["toolkits"]}
+        assert set(kits["keep"]["tools"]) == {f"keep__{n}" for n in PET_TOOLS}
+    finally:
+        api.delete("/api/v1/toolkits/keep")
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,28 @@ def test_every_admin_route_is_documented_and_every_documented_operation_exists(t
     assert documented - served == set(), "documented operations the server does not have"
 
 
+def test_every_operation_has_a_unique_stable_operation_id() -> None:
+    ops = [
+        (method, path, op)
+        for path, item in document()["paths"].items()
+        for method, op in item.items()
+        if method in ("get", "post", "patch", "put", "delete")
+    ]
+    ids = [op.get("operationId") for _, _, op in ops]
+    assert all(isinstance(i, str) and re.fullmatch(r"[a-z][a-z0-9_]*", i) for i in ids), ids
+    assert len(set(ids)) == len(ids), "operationIds must be unique"
+    # Stable: derived from the route, so the same document names them the same way again.
+    assert ids == [
+        o.get("operationId")
+        for item in document()["paths"].values()
+        for m, o in item.items()
+        if m in ("get", "post", "patch", "put", "delete")
+    ]
+    named = {(m, p): op["operationId"] for m, p, op in ops}
+    assert named[("get", "/api/v1/toolkits/{slug}/calls")] == "get_toolkits_by_slug_calls"
+    assert named[("get", "/api/v1/toolsets/{slug}/calls")] == "get_toolsets_by_slug_calls"  # an alias
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     with running_appliance(tmp_path_factory.mktemp("schemathesis") / "data") as running:

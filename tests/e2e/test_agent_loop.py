@@ -160,6 +160,27 @@ def test_a_bad_argument_is_refused_naming_the_field_and_nothing_is_sent(
     run(scenario())
 
 
+def test_argument_errors_put_the_reason_first_and_list_every_error_through_mcp(app: Appliance) -> None:
+    async def scenario() -> None:
+        async with connect(app) as client:
+            bad = {"body": {"title": "x" * 50_000, "body": 5, "tags": ["ok", 7]}}
+            result = await client.call_tool("run_tool", {"tool": "demo__createNote", "input": bad})
+            assert result.is_error is True
+            text = result.content[0].text
+            assert text.startswith("3 invalid arguments: ")
+            assert "/body/title: must be at most 200 characters, got 50000" in text
+            assert "/body/body: must be string, got integer 5" in text
+            assert "/body/tags/1: must be string, got integer 7" in text
+            assert len(text) < 500
+            meta = result.meta or {}
+            assert meta["toolspoke/reason"] == "arguments_invalid"
+            assert meta["toolspoke/error_count"] == 3
+            paths = {e["path"] for e in meta["toolspoke/errors"]}
+            assert paths == {"/body/title", "/body/body", "/body/tags/1"}
+
+    run(scenario())
+
+
 def test_a_2025_06_18_client_gets_argument_errors_as_32602_with_the_path(app: Appliance) -> None:
     import httpx
 

@@ -98,6 +98,30 @@ def test_the_local_model_serves_hybrid_search_offline_and_the_kill_switch_works_
         assert run(search(app))["ranking"] == "hybrid"
 
 
+def test_search_explain_says_lexical_after_semantic_off_and_hybrid_again_after_on(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with EmbeddingsServer() as server:
+        env = provider_env(server)
+        ok(cli(data, "init", env=env))
+        ok(cli(data, "import", "catalog", str(catalogue(tmp_path / "c.jsonl")), "--slug", "kit", env=env))
+        ok(cli(data, "backfill", env=env))
+
+        def explain() -> dict[str, Any]:
+            return dict(
+                json.loads(ok(cli(data, "search", "weather forecast", "--explain", "--json", env=env)))
+            )
+
+        assert explain()["ranking"] == "hybrid"
+        ok(cli(data, "semantic", "off", env=env))
+        off = explain()
+        assert (off["ranking"], off["reason"]) == ("lexical", "switched_off")
+        assert all(row["semantic_rank"] is None for row in off["explain"])
+        text = ok(cli(data, "search", "weather forecast", "--explain", env=env))
+        assert text.splitlines()[0] == "ranking: lexical (switched_off)"
+        ok(cli(data, "semantic", "on", env=env))
+        assert explain()["ranking"] == "hybrid"
+
+
 def test_a_failing_provider_leaves_search_lexical_within_its_deadline_and_opens_the_breaker(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ like a name that never existed.
 from __future__ import annotations
 
 import asyncio
+import re
 import tempfile
 from typing import Any
 
@@ -78,12 +79,26 @@ def world_of(draw: st.DrawFn) -> World:
 
 
 def _unknown_text(exc_or_result: Any, name: str) -> str:
+    """The refusal's text with the name and the did-you-mean taken out: the suggestions
+    depend on the name asked for (they are checked apart, by ``_suggested``)."""
     text = (
         exc_or_result.public_message
         if isinstance(exc_or_result, Exception)
         else exc_or_result.content[0]["text"]
     )
+    text = re.sub(
+        r"; did you mean .*\? \(or find tools with search_tools\)$", "; find tools with search_tools", text
+    )
     return str(text).replace(name, "<name>")
+
+
+def _suggested(exc_or_result: Any) -> set[str]:
+    data = exc_or_result.data if isinstance(exc_or_result, Exception) else exc_or_result.meta
+    return set(data.get("suggestions", []))
+
+
+def _meta_of_unknown(result: CallResult) -> dict[str, Any]:
+    return {k: v for k, v in result.meta.items() if k != "suggestions"}
 
 
 async def _check_principal(
@@ -138,8 +153,10 @@ async def _check_principal(
                 assert result.meta["reason"] == "no_upstream", (label, name, result)
             else:
                 assert ghost_call is not None
-                assert result.meta == {**ghost_call.meta}, (label, name)
+                assert _meta_of_unknown(result) == _meta_of_unknown(ghost_call), (label, name)
                 assert _unknown_text(result, name) == _unknown_text(ghost_call, GHOST), label
+                # Did-you-mean offers only names the caller sees: never the hidden one asked for.
+                assert _suggested(result) <= seen_names - {name}, (label, name, result)
             # a direct tools/call by name (with the project): same split, as a protocol error
             try:
                 direct_result: CallResult | None = await call_tool(rt, who, name, {}, project=kit.project)
@@ -147,6 +164,7 @@ async def _check_principal(
                 direct_result = None
                 assert not visible, (label, name)
                 assert exc.field == "name"
+                assert _suggested(exc) <= seen_names - {name}, (label, name)
                 try:
                     await call_tool(rt, who, GHOST, {})
                 except ToolNotFound as ghost:
@@ -205,6 +223,7 @@ async def _check_principal(
                 continue
             except ToolNotFound as exc:
                 assert action not in own, (label, kit.slug, action)
+                assert _suggested(exc) <= own, (label, kit.slug, action)
                 try:
                     await direct.call(rt, who, served, "ghost", {})
                 except ToolNotFound as ghost:

@@ -165,3 +165,94 @@ def test_a_stack_deep_schema_or_value_never_escapes_as_a_recursion_error() -> No
         sys.setrecursionlimit(limit)
         validation._quick_for.cache_clear()
     validate_arguments(schema, value)  # with the usual stack, the quick check accepts it
+
+
+# -- what a refusal says ---------------------------------------------------------------------
+
+NOTE: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "minLength": 1, "maxLength": 200},
+        "body": {"type": "string", "maxLength": 10000},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}},
+        "size": {"type": "integer", "minimum": 1},
+        "color": {"enum": ["red", "green"]},
+        "id": {"type": "integer"},
+    },
+    "required": ["title", "id"],
+    "additionalProperties": False,
+}
+
+
+def refusal(schema: Any, arguments: Any) -> ArgumentsInvalid:
+    with pytest.raises(ArgumentsInvalid) as refused:
+        validate_arguments(schema, arguments)
+    return refused.value
+
+
+def test_a_long_value_is_quoted_after_the_reason_and_cut_short() -> None:
+    error = refusal(NOTE, {"title": "x" * 100_000, "id": 1})
+    message = error.public_message
+    assert "/title: must be at most 200 characters, got 100000" in message
+    assert "x" * 50 not in message  # the value itself is not echoed at length
+    assert len(message) < 300
+    assert error.field == "/title" and error.data["path"] == "/title"
+
+
+def test_a_long_pattern_value_says_the_rule_before_the_quoted_value() -> None:
+    message = refusal(NOTE, {"title": "t", "id": 1, "tags": ["Y" * 5000]}).public_message
+    reason = message.index("must match the pattern")
+    assert reason < message.index("YYYY")
+    assert "(5000 characters)" in message
+    assert len(message) < 300
+
+
+def test_every_error_is_listed_with_its_pointer_not_only_the_first() -> None:
+    error = refusal(NOTE, {"title": "", "size": 0, "color": "blue", "tags": ["ok", 7], "extra": True})
+    listed = {e["path"]: e["message"] for e in error.data["errors"]}
+    assert listed == {
+        "/extra": 'unexpected property "extra"',
+        "/id": 'missing required property "id"',
+        "/title": "must be at least 1 characters, got 0",
+        "/tags/1": "must be string, got integer 7",
+        "/size": "must be at least 1, got 0",
+        "/color": 'must be one of ["red", "green"], got "blue"',
+    }
+    assert error.data["error_count"] == 6
+    assert error.public_message.startswith("6 invalid arguments: ")
+    for path, why in listed.items():
+        assert f"{path}: {why}" in error.public_message
+    assert error.field == error.data["errors"][0]["path"]
+
+
+def test_beyond_ten_errors_the_rest_are_counted_not_listed() -> None:
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(25)}}
+    error = refusal(schema, {f"p{i}": "no" for i in range(25)})
+    assert len(error.data["errors"]) == 10
+    assert error.data["error_count"] == 25
+    assert error.public_message.startswith("25 invalid arguments: ")
+    assert error.public_message.endswith("; and 15 more")
+    paths = [e["path"] for e in error.data["errors"]]
+    assert len(set(paths)) == 10 and set(paths) <= {f"/p{i}" for i in range(25)}
+
+
+def test_the_work_and_the_answer_stay_bounded_for_a_huge_bad_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.gateway import validation_errors
+
+    written = []
+    reason = validation_errors._reason
+    monkeypatch.setattr(validation_errors, "_reason", lambda err: written.append(1) or reason(err))
+    error = refusal({"type": "array", "items": {"type": "integer"}}, ["x" * 100] * 200_000)
+    assert error.data["error_count"] == validation_errors.MAX_COUNTED  # counting stopped there
+    assert error.public_message.startswith(f"more than {validation_errors.MAX_COUNTED} invalid arguments")
+    assert len(written) == validation_errors.MAX_LISTED  # only listed errors are written out
+    assert len(error.public_message) < 2000
+    huge_key = refusal({"type": "object", "additionalProperties": False}, {"k" * 100_000: 1})
+    assert len(huge_key.public_message) < 600 and len(huge_key.field) <= validation_errors.POINTER_CHARS
+
+
+def test_an_anyof_refusal_names_the_deepest_relevant_error() -> None:
+    schema = {"anyOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "string"}]}
+    error = refusal(schema, {"a": "x"})
+    assert error.field == "/a"
+    assert error.public_message == 'invalid argument: /a: must be integer, got string "x"'
