@@ -175,7 +175,7 @@ def test_a_spec_with_no_usable_operation_exits_1_with_the_skipped_report_and_sto
         assert "Traceback" not in done.stderr
         if source == broken:
             assert "skipped GET /a: parameter 0: $ref '#/nope'" in done.stderr
-    assert toolkit_slugs(data) == ["petstore"]
+    assert toolkit_slugs(data) == ["demo", "petstore"]
 
 
 def test_a_dry_run_needs_no_base_url(data: Path, tmp_path: Path) -> None:
@@ -191,7 +191,7 @@ def test_a_dry_run_needs_no_base_url(data: Path, tmp_path: Path) -> None:
     saved = cli(data, "import", "openapi", str(spec), "--slug", "nobase")
     assert saved.returncode == 1
     assert "--base-url" in saved.stderr
-    assert toolkit_slugs(data) == ["petstore"]
+    assert toolkit_slugs(data) == ["demo", "petstore"]
 
 
 def test_importing_into_an_existing_slug_needs_replace(data: Path, upstream: PetstoreUpstream) -> None:

@@ -9,6 +9,7 @@ called (they all answer the same "unknown tool" as a name that never existed).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,8 @@ from appliance.gateway.calls import pool_key
 from appliance.gateway.runtime import Runtime
 from appliance.models import KINDS, RUNNER_FOR_KIND, Kind
 from appliance.search import fts
+
+log = logging.getLogger(__name__)
 
 AUTO = "auto"
 
@@ -98,8 +101,13 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
             field="toolkit",
         )
     connection = await credentials.connection_with_auth(rt, kit["id"], kit["connection"])
-    async with redaction.redacting(rt) as red:  # its errors and its listing may quote a secret
-        listed = red.value(await _list_upstream(rt, pool_key(project, slug), connection))
+    try:
+        async with redaction.redacting(rt) as red:  # its errors and its listing may quote a secret
+            listed = red.value(await _list_upstream(rt, pool_key(project, slug), connection))
+    except UpstreamError as exc:
+        # The operator's record of why a toolkit stopped updating (its text already redacted).
+        log.warning("sync of %s/%s failed: %s", project, slug, exc.public_message)
+        raise
     draft = convert_tools_list(listed, slug)
     report = SyncReport(slug=slug, project=project)
     report.skipped = [{"where": s.where, "reason": s.reason} for s in draft.skipped]

@@ -103,7 +103,9 @@ async def visible(client: Client, name: str, query: str, slug: str) -> dict[str,
 
 async def same_as_nonexistent(client: Client, name: str, slug: str) -> None:
     """A hidden tool fails exactly like a name that never existed (nothing reveals it)."""
-    ghost = f"{slug}__never_existed"
+    # The same shape as ``name`` (another slug, the same action): a did-you-mean depends on the
+    # spelling typed, so only a ghost spelled alike must be answered alike.
+    ghost = f"{slug}z__{name.split('__', 1)[1]}"
     for runner_args in ({"tool": name, "input": {"text": "abc"}}, {"tool": ghost, "input": {"text": "abc"}}):
         is_error, _ = await outcome(client, "use_tool", runner_args)
         assert is_error

@@ -143,5 +143,6 @@ def test_a_stored_listing_calls_and_a_failing_sync_never_show_a_secret(
     assert_no_leak(done.stdout + done.stderr, OWN, OTHER, where="in `toolspoke sync`")
 
     log = "".join(app.output)
-    assert "revoked" in log  # the upstream's text was logged (DEBUG), its secrets were not
+    # The failed sync was logged with the upstream's words, its secrets were not.
+    assert any("sync of default/leaky failed" in line and "revoked" in line for line in log.splitlines())
     assert_no_leak(log, OWN, OTHER, where="in the server's log")

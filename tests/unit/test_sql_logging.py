@@ -11,10 +11,10 @@ import pytest
 
 from appliance import config
 from appliance.db import dumps
+from appliance.gateway import demo_api
 from appliance.gateway.credentials import set_credential
 from appliance.gateway.imports import import_openapi
 from appliance.gateway.runtime import Runtime
-from appliance.web import demo
 
 TOKEN = "canary-token-5f0c9e2b7a1d"
 
@@ -22,7 +22,7 @@ TOKEN = "canary-token-5f0c9e2b7a1d"
 def test_debug_logging_carries_no_sql_parameters_or_ciphertext(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    spec = dumps(demo.openapi_spec("https://notes.example")).encode()
+    spec = dumps(demo_api.openapi_spec("https://notes.example")).encode()
     settings = config.load(cli={"data_dir": str(tmp_path / "data"), "log_level": "DEBUG"}, env={})
     caplog.set_level(logging.DEBUG)  # the root logger at DEBUG, as `serve` sets it
 
