@@ -1,6 +1,6 @@
 """A fresh clone is all the project needs: no file of it reaches outside the repository.
 
-The tests, benches, build and ``make run`` once read ``../shared`` and an absolute workspace
+The tests, benches, build and ``make run`` once read a sibling ``shared`` folder and an absolute workspace
 path, so a clone in an ordinary directory failed at collection (and a test that skipped when
 its fixture was missing hid it). Everything now lives in the repository; this keeps it so.
 """
