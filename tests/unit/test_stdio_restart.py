@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,27 +24,8 @@ from appliance import config
 from appliance.upstream.mcp_pool import McpPool
 from appliance.upstream.processes import ProcessRegistry, State, StdioPolicy, StdioProcess
 from appliance.upstream.transport import Egress
+from tests.support import tiny_stdio
 from tests.support.loops import LOOPS, LoopFactory, run_on
-
-# The smallest MCP server over stdio: no SDK, so a restart costs one interpreter start.
-SERVER = """
-import json, os, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "tiny", "version": "1"}}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "ok"}], "structuredContent": {"pid": os.getpid()}}
-    else:
-        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
-                          "error": {"code": -32601, "message": "no such method"}}), flush=True)
-        continue
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
 
 
 class LaggingClock:
@@ -78,12 +57,6 @@ def _pool(tmp_path: Path, clock: Callable[[], float] = time.monotonic, **policy:
     return McpPool(Egress(settings), registry, stdio_start_timeout_s=10)
 
 
-def _connection(tmp_path: Path) -> dict[str, Any]:
-    server = tmp_path / "tiny_server.py"
-    server.write_text(textwrap.dedent(SERVER))
-    return {"transport": "stdio", "command": sys.executable, "args": [str(server)], "env": {}}
-
-
 async def _call(pool: McpPool, connection: dict[str, Any]) -> int:
     result = await pool.call_tool("k", connection, "who", {}, timeout_s=10)
     return int(result["structuredContent"]["pid"])
@@ -111,7 +84,7 @@ def test_a_call_made_as_soon_as_the_crash_is_recorded_restarts_the_server(
     a moment before the back-off ended by the supervisor's clock, and gave up."""
 
     async def main() -> None:
-        pool, connection = _pool(tmp_path, LaggingClock()), _connection(tmp_path)
+        pool, connection = _pool(tmp_path, LaggingClock()), tiny_stdio.connection()
         try:
             pid = await _call(pool, connection)
             process = pool.processes.get("k")
@@ -138,7 +111,7 @@ def test_a_call_that_finds_the_child_dead_before_the_loop_noticed_restarts_it(
     open. The call must not be written to the dead child (and fail); it restarts the server."""
 
     async def main() -> None:
-        pool, connection = _pool(tmp_path), _connection(tmp_path)
+        pool, connection = _pool(tmp_path), tiny_stdio.connection()
         try:
             first = await _call(pool, connection)
             process = pool.processes.get("k")
@@ -165,7 +138,7 @@ def test_a_crash_loop_beyond_the_short_back_off_is_still_refused_with_a_retry_ti
     from appliance.errors import UpstreamError
 
     async def main() -> None:
-        pool, connection = _pool(tmp_path, backoff_initial_s=30.0), _connection(tmp_path)
+        pool, connection = _pool(tmp_path, backoff_initial_s=30.0), tiny_stdio.connection()
         try:
             pid = await _call(pool, connection)
             os.kill(pid, signal.SIGKILL)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
-import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,28 +21,7 @@ from appliance.gateway import calls, imports
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
 from appliance.upstream.health import Health, Outcome
-
-SERVER = """
-import json, sys
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
-    method = msg.get("method")
-    if method == "initialize":
-        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                  "serverInfo": {"name": "tiny", "version": "1"}}
-    elif method == "tools/list":
-        result = {"tools": [{"name": "hello", "description": "Say hello", "inputSchema": {"type": "object"},
-                             "annotations": {"readOnlyHint": True}}]}
-    elif method == "tools/call":
-        result = {"content": [{"type": "text", "text": "hello"}]}
-    else:
-        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"],
-                          "error": {"code": -32601, "message": "no such method"}}), flush=True)
-        continue
-    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
-"""
+from tests.support import tiny_stdio
 
 
 def _runtime(data: Path) -> Runtime:
@@ -56,9 +33,7 @@ def _two_processes(
 ) -> None:
     """``body(serving, cli, connection)``: two runtimes on one data directory, as `serve` and
     a CLI command beside it are; probes running in the serving one (health enforced)."""
-    server = tmp_path / "tiny_server.py"
-    server.write_text(textwrap.dedent(SERVER))
-    connection = {"transport": "stdio", "command": sys.executable, "args": [str(server)], "env": {}}
+    connection = tiny_stdio.connection()
 
     async def main() -> None:
         serving, cli = _runtime(tmp_path / "data"), _runtime(tmp_path / "data")
