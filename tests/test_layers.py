@@ -264,6 +264,11 @@ def test_sql_in_a_face_is_reported_but_not_in_a_room_or_a_docstring(tmp_path: Pa
         "x.id IN (SELECT value FROM json_each(?))",
         "BEGIN IMMEDIATE",
         "k.name FROM toolkits k WHERE k.id = ?",
+        "\n    FROM tools t JOIN toolkits k ON k.id = t.toolkit_id\n",
+        "DELETE FROM ",
+        " (tool_id, embedding) VALUES (?, ?)",
+        " WHERE f.tools_fts MATCH ?",
+        " FOR EACH ROW BEGIN UPDATE cache_generation SET n = n + 1 WHERE id = 1; END",
     ],
 )
 def test_sql_is_recognised(text: str) -> None:
@@ -283,6 +288,9 @@ def test_sql_is_recognised(text: str) -> None:
         "you cannot delete your own user",
         "begin",
         "with --replace",
+        "SELECT",
+        "join the project on the left",
+        "the values (a, b) are kept",
     ],
 )
 def test_prose_is_not_sql(text: str) -> None:

@@ -227,20 +227,22 @@ def _is_module(root: Path, dotted: str) -> bool:
 # Statement openings and SQL-only shapes. Matched in capitals, they are SQL; matched in any
 # other case, they count only beside a mark no sentence carries (``= ?``, ``(?``, ``count(*)``),
 # so that an error message such as "delete from the vault first" is not SQL.
+_START = r"(?:^|[;(]|\bBEGIN\b)\s*"  # a statement opens the text, follows ';' or '(' or a trigger's BEGIN
 _SHAPES = [
-    r"^\s*\(?\s*SELECT\s+\S",
-    r"^\s*(?:INSERT|REPLACE)\s+(?:OR\s+\w+\s+)?INTO\s+\w",
-    r"^\s*UPDATE\s+(?:OR\s+\w+\s+)?\w+\s+SET\s+\w",
-    r"^\s*DELETE\s+FROM\s+\w",
-    r"^\s*CREATE\s+(?:UNIQUE\s+|TEMP\s+|TEMPORARY\s+|VIRTUAL\s+)?(?:TABLE|INDEX|VIEW|TRIGGER)\b",
-    r"^\s*DROP\s+(?:TABLE|INDEX|VIEW|TRIGGER)\b",
-    r"^\s*ALTER\s+TABLE\s+\w",
-    r"^\s*PRAGMA\s+\w+",
-    r"^\s*WITH\s+(?:RECURSIVE\s+)?\w+(?:\s*\([^)]*\))?\s+AS\s*(?:NOT\s+)?(?:MATERIALIZED\s+)?\(",
+    _START + r"SELECT(?:\s+\S|\s+$)",
+    _START + r"(?:INSERT|REPLACE)\s+(?:OR\s+\w+\s+)?INTO(?:\s|$)",
+    _START + r"UPDATE\s+(?:OR\s+\w+\s+)?\w+\s+SET\s+\w",
+    _START + r"DELETE\s+FROM(?:\s|$)",
+    _START + r"CREATE\s+(?:UNIQUE\s+|TEMP\s+|TEMPORARY\s+|VIRTUAL\s+)?(?:TABLE|INDEX|VIEW|TRIGGER)\b",
+    _START + r"DROP\s+(?:TABLE|INDEX|VIEW|TRIGGER)\b",
+    _START + r"ALTER\s+TABLE\s+\w",
+    _START + r"PRAGMA\s+\w+",
+    _START + r"WITH\s+(?:RECURSIVE\s+)?\w+(?:\s*\([^)]*\))?\s+AS\s*(?:NOT\s+)?(?:MATERIALIZED\s+)?\(",
     r"\bFROM\s+\w+.*?\bWHERE\b",
-    r"\(\s*SELECT\s+.+?\bFROM\s+\w",
+    r"\bJOIN\s+\w+(?:\s+\w+)?\s+ON\s+\w+\.\w+\s*=",
+    r"\bVALUES\s*\(\s*\?",
     r"^\s*(?:WHERE|AND|OR|ORDER\s+BY|GROUP\s+BY|(?:LEFT\s+|INNER\s+)?JOIN|ON\s+CONFLICT|SET)\s+"
-    r".*?(?:[=<>]|\bIN\s*\(|\bIS\s+(?:NOT\s+)?NULL\b)",
+    r".*?(?:[=<>]|\bIN\s*\(|\bIS\s+(?:NOT\s+)?NULL\b|\b(?:MATCH|LIKE|GLOB)\s+\?)",
 ]
 _CAPITALS = [re.compile(s, re.S) for s in _SHAPES]
 _ANY_CASE = [re.compile(s, re.S | re.I) for s in _SHAPES]
