@@ -1,99 +1,342 @@
-"""The import direction of ARCHITECTURE.md, enforced by parsing every module's imports.
+"""The house plan of ``appliance/`` as data, and the tree held to it.
 
-errors, config, models ← db ← rooms (catalogue, search, vault, access, ledger, upstream)
-← gateway ← rpc ← web ← cli. Rooms never import each other. Some libraries live in one
-place only: sanic in web/, click in cli.py, aiosqlite in db/, cryptography in
-vault/crypto.py, httpx in upstream/ only (the embeddings provider reaches its endpoint
-through gateway/semantic_egress.py, so no room but upstream/ holds an HTTP client).
+Each part lists the parts it may import (nothing is allowed by level alone: ``upstream/``
+sits beside ``db/`` and may not import it). The faces (``rpc``, ``web``, ``cli``) reach
+storage and the rooms only through the gateway, and no room imports another. A library
+lives in its home; SQL text only in ``db/`` and the rooms that own the tables; only
+``config`` reads the environment; no module passes 800 lines. Today's exceptions are in
+``tests/layers-baseline.txt``, which may only shrink: a violation missing from it fails, and
+so does an entry that no longer occurs. The checker is ``tests/support/layers.py``; the
+planted trees below show it reports each kind of break.
 """
 
 from __future__ import annotations
 
-import ast
+import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.support.layers import (
+    ANYWHERE,
+    Plan,
+    Violation,
+    check,
+    compare,
+    looks_like_sql,
+    plan_errors,
+    read_baseline,
+)
+
 PKG = Path(__file__).resolve().parents[1] / "appliance"
-# errors is the floor; config and models may use it (never each other's neighbours above).
-BASE = {"__init__": 0, "errors": 1, "secret": 1, "config": 2, "models": 2}
+BASELINE = Path(__file__).resolve().parent / "layers-baseline.txt"
+
+FLOOR = frozenset({"__init__", "errors"})  # the version string and the error tree: for all
 ROOMS = ("catalogue", "search", "vault", "access", "ledger", "upstream")
-LEVEL = {
-    **BASE,
-    "db": 3,
-    **dict.fromkeys(ROOMS, 4),
-    "gateway": 5,
-    "rpc": 6,
-    "web": 7,
-    "cli": 8,
-    "__main__": 9,
+FACES = ("rpc", "web", "cli")
+# the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and upstream/ alike
+PROTOCOL = "protocol"
+
+IMPORTS: dict[str, frozenset[str]] = {
+    "__init__": frozenset(),
+    "errors": frozenset(),
+    "secret": FLOOR,
+    PROTOCOL: FLOOR,
+    "config": FLOOR | {"secret"},
+    "models": FLOOR,
+    "db": FLOOR,
+    "catalogue": FLOOR | {"db", "models"},
+    "search": FLOOR | {"db", "models"},
+    "access": FLOOR | {"db", "models"},
+    "ledger": FLOOR | {"db", "models"},
+    "vault": FLOOR | {"db", "models", "config", "secret"},
+    # egress and the MCP client: no storage, so no db/
+    "upstream": FLOOR | {"models", "config", "secret", PROTOCOL},
+    "gateway": FLOOR | {"secret", "config", "models", PROTOCOL, "db", *ROOMS},
+    "rpc": FLOOR | {"models", PROTOCOL, "gateway"},
+    "web": FLOOR | {"config", "models", PROTOCOL, "gateway", "rpc"},
+    "cli": FLOOR | {"config", "models", "gateway", "web"},
+    "__main__": frozenset({"cli"}),
 }
-LIBRARY_HOMES = {
+NEVER = frozenset(
+    {frozenset((a, b)) for i, a in enumerate(ROOMS) for b in ROOMS[i + 1 :]}  # rooms apart
+    | {frozenset((face, low)) for face in FACES for low in ("db", *ROOMS)}  # faces via gateway
+)
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "orjson": ANYWHERE,
     "sanic": ("web",),
     "click": ("cli",),
+    "uvloop": ("cli/common",),
     "aiosqlite": ("db",),
     "sqlean": ("db",),
+    "sqlite_vec": ("db",),
     "cryptography": ("vault/crypto",),
     "httpx": ("upstream",),
     "ahocorasick": ("secret",),
+    "onnxruntime": ("search/embedders",),
+    "tokenizers": ("search/embedders",),
+    "numpy": ("search", "gateway/semantic"),
+    "jsonschema": ("catalogue", "gateway/validation", "gateway/validation_errors", "gateway/patterns"),
+    "prometheus_client": ("gateway/telemetry", "web/metrics"),
+    "yaml": ("catalogue/spec_loader",),
 }
+PLAN = Plan(
+    imports=IMPORTS,
+    never=NEVER,
+    libraries=LIBRARIES,
+    sql_homes=("db", "catalogue", "search", "vault", "access", "ledger"),
+    env_homes=("config",),
+    max_lines=800,
+)
 
 
-def _part(module_path: Path) -> str:
-    rel = module_path.relative_to(PKG).with_suffix("")
-    return rel.parts[0]
+def test_the_plan_itself_is_whole_and_goes_one_way() -> None:
+    assert plan_errors(PLAN) == []
 
 
-def _imports(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append(node.module)
-    return found
+def test_the_tree_keeps_the_plan_but_for_its_shrinking_baseline() -> None:
+    found = [v.key for v in check(PKG, PLAN)]
+    baseline = read_baseline(BASELINE)
+    print(f"layers baseline: {len(baseline)} entries, {len(found)} violations found")
+    new, stale = compare(found, baseline)
+    details = {v.key: v.detail for v in check(PKG, PLAN)}
+    assert not new, "violations of the plan:\n" + "\n".join(f"{k}\n    {details[k]}" for k in new)
+    assert not stale, "gone from the tree: remove from tests/layers-baseline.txt:\n" + "\n".join(stale)
 
 
-MODULES = sorted(PKG.rglob("*.py"))
+def test_the_baseline_accepts_nothing_but_sql_and_imports_and_names_each_once() -> None:
+    baseline = read_baseline(BASELINE)
+    kinds = {entry.split(" ")[0] for entry in baseline}
+    assert kinds <= {"import", "sql"}, kinds  # no module over the cap, no env read, no library
+    imports = [e for e in baseline if e.startswith("import ")]
+    assert len(imports) == len(set(imports))
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
-def test_a_module_imports_only_downward_and_never_a_sibling_room(path: Path) -> None:
-    mine = _part(path)
-    for target in _imports(path):
-        if not target.startswith("appliance."):
-            continue
-        theirs = target.split(".")[1]
-        if theirs == mine:
-            continue
-        assert theirs in LEVEL, f"{path.name} imports unknown part {target}"
-        assert LEVEL[theirs] < LEVEL[mine], f"{path.relative_to(PKG)} imports {target}: wrong-way arrow"
-        if mine in ROOMS:
-            assert theirs not in ROOMS, f"room {mine} imports room {theirs} ({target})"
+# --- the checker on planted trees --------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
-def test_a_library_is_imported_only_in_its_home(path: Path) -> None:
-    rel = str(path.relative_to(PKG).with_suffix(""))
-    for target in _imports(path):
-        lib = target.split(".")[0]
-        homes = LIBRARY_HOMES.get(lib)
-        if homes is None:
-            continue
-        assert any(rel == h or rel.startswith(h + "/") for h in homes), f"{rel} imports {lib}"
+def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A tree named ``appliance`` with one clean module per part, plus ``files``."""
+    root = tmp_path / "appliance"
+    for part in IMPORTS:
+        if part not in ("__init__", "__main__"):
+            (root / part).mkdir(parents=True, exist_ok=True)
+            (root / part / "__init__.py").write_text('"""A part."""\n')
+    (root / "__init__.py").write_text('__version__ = "0"\n')
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    return root
 
 
-def test_only_config_reads_the_environment() -> None:
-    for path in MODULES:
-        text = path.read_text(encoding="utf-8")
-        if path.name == "config.py":
-            continue
-        assert "os.environ" not in text and "os.getenv" not in text, f"{path.relative_to(PKG)} reads env"
+def _keys(root: Path) -> list[str]:
+    return [v.key for v in check(root, PLAN)]
 
 
-def test_the_layer_check_notices_a_wrong_way_arrow(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
-    bad.write_text("from appliance.web.app import create_app\n")
-    assert "appliance.web.app" in _imports(bad)
-    assert LEVEL["web"] > LEVEL["gateway"]
+def test_a_planted_tree_that_keeps_the_plan_passes(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "gateway/ok.py": """
+                import orjson
+                from appliance import __version__
+                from appliance.db import connection
+                from appliance.upstream import guard
+                from . import sibling
+                from ..access import keys
+                QUERY_MESSAGE = "delete from the vault first, then select a toolkit from the list where it is"
+                METHOD = "DELETE"
+            """,
+            "gateway/sibling.py": "",
+            "db/connection.py": 'SQL = "SELECT id FROM users WHERE name = ?"\n',
+            "access/keys.py": "from appliance.db import connection\n",
+            "config.py": "import os\nHOME = os.environ.get('HOME')\n",
+            "upstream/guard.py": "import httpx\n",
+        },
+    )
+    assert check(root, PLAN) == []
+
+
+def test_a_wrong_way_import_is_reported(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {"gateway/bad.py": "from appliance.web.app import create_app\n"})
+    assert _keys(root) == ["import gateway/bad.py -> appliance.web.app"]
+    root = _plant(
+        tmp_path / "b", {"upstream/bad.py": "from appliance.db import connection\n", "db/connection.py": ""}
+    )
+    (violation,) = check(root, PLAN)
+    assert violation.key == "import upstream/bad.py -> appliance.db.connection"
+    assert "upstream may not import db" in violation.detail
+
+
+def test_a_forbidden_pair_is_reported_in_both_directions(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "access/bad.py": "import appliance.ledger.store\n",
+            "ledger/bad.py": "from appliance.access import keys\n",
+            "web/bad.py": "from appliance.access import keys\n",
+        },
+    )
+    found = check(root, PLAN)
+    assert [v.key for v in found] == [
+        "import access/bad.py -> appliance.ledger.store",
+        "import ledger/bad.py -> appliance.access",
+        "import web/bad.py -> appliance.access",
+    ]
+    assert all("must never import each other" in v.detail for v in found)
+
+
+def test_a_relative_import_is_resolved_and_reported_when_it_crosses_a_boundary(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "upstream/bad.py": "from ..db import connection\n",
+            "upstream/inner/deep.py": "from ...gateway import runtime\n",
+            "web/bad.py": "from .. import access\n",
+            "web/worse.py": "from .... import anything\n",
+            "db/connection.py": "",
+            "gateway/runtime.py": "",
+        },
+    )
+    assert _keys(root) == [
+        "import upstream/bad.py -> appliance.db.connection",
+        "import upstream/inner/deep.py -> appliance.gateway.runtime",
+        "import web/bad.py -> appliance.access",
+        "import web/worse.py -> ....",
+    ]
+
+
+def test_a_library_outside_its_home_is_reported(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "gateway/bad.py": "import sanic\n",
+            "vault/keyring.py": "from cryptography.hazmat import primitives\n",
+            "web/bad.py": "import requests\n",
+            "vault/crypto.py": "import cryptography\nimport json\n",
+        },
+    )
+    found = check(root, PLAN)
+    assert [v.key for v in found] == [
+        "library gateway/bad.py -> sanic",
+        "library vault/keyring.py -> cryptography",
+        "library web/bad.py -> requests",
+    ]
+    assert "not name" in found[2].detail
+
+
+def test_sql_in_a_face_is_reported_but_not_in_a_room_or_a_docstring(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "web/bad.py": '''
+                """SELECT id FROM users WHERE name = ? is how a docstring may say it."""
+                def f(conn, kit_filter, marks):
+                    """DELETE FROM users: a docstring again."""
+                    conn.all("SELECT id FROM users WHERE name = ?", ("x",))
+                    conn.all(f"select id from toolkits where slug = ? and k in ({marks})")
+                    return (
+                        "UPDATE users SET is_admin = 1"
+                        f" WHERE id = {kit_filter}"
+                    )
+            ''',
+            "access/fine.py": 'SQL = "INSERT INTO projects (slug, title) VALUES (?, ?)"\n',
+        },
+    )
+    assert _keys(root) == [
+        "sql web/bad.py: SELECT id FROM users WHERE name = ?",
+        "sql web/bad.py: UPDATE users SET is_admin = 1 WHERE id = {}",
+        "sql web/bad.py: select id from toolkits where slug = ? and k in ({})",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT 1",
+        "  select count(*) from tools",
+        "INSERT OR IGNORE INTO tools (name) VALUES (?)",
+        "DELETE FROM projects WHERE id = ?",
+        "PRAGMA quick_check",
+        "CREATE VIRTUAL TABLE fts USING fts5(x)",
+        "WITH picked(id) AS (SELECT 1) SELECT id FROM picked",
+        " WHERE (?1 IS NULL OR k.slug = ?1)",
+        "x.id IN (SELECT value FROM json_each(?))",
+        "BEGIN IMMEDIATE",
+        "k.name FROM toolkits k WHERE k.id = ?",
+        "\n    FROM tools t JOIN toolkits k ON k.id = t.toolkit_id\n",
+        "DELETE FROM ",
+        " (tool_id, embedding) VALUES (?, ?)",
+        " WHERE f.tools_fts MATCH ?",
+        " FOR EACH ROW BEGIN UPDATE cache_generation SET n = n + 1 WHERE id = 1; END",
+    ],
+)
+def test_sql_is_recognised(text: str) -> None:
+    assert looks_like_sql(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "DELETE",
+        "POST, DELETE",
+        "Delete a note for good",
+        "delete from the vault first",
+        "Update the key set before the next call",
+        "select a toolkit from the list where it is shown",
+        "toolkit {} is not an MCP server; re-import its spec with --replace to update it",
+        "you cannot delete your own user",
+        "begin",
+        "with --replace",
+        "SELECT",
+        "join the project on the left",
+        "the values (a, b) are kept",
+    ],
+)
+def test_prose_is_not_sql(text: str) -> None:
+    assert not looks_like_sql(text)
+
+
+def test_the_environment_is_read_only_in_config(tmp_path: Path) -> None:
+    root = _plant(
+        tmp_path,
+        {
+            "gateway/bad.py": "import os as system\nKEY = system.environ['K']\n",
+            "web/bad.py": "from os import getenv\n",
+            "web/fine.py": "ENV = {'PATH': '/bin'}  # os.environ is mentioned, not read\n",
+            "config.py": "import os\nX = os.getenv('X')\n",
+        },
+    )
+    assert _keys(root) == ["env gateway/bad.py: os.environ", "env web/bad.py: os.getenv"]
+
+
+def test_a_module_over_800_lines_is_reported(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {"gateway/long.py": "x = 1\n" * 801, "gateway/short.py": "x = 1\n" * 800})
+    (violation,) = check(root, PLAN)
+    assert violation.key == "size gateway/long.py"
+    assert "801 lines" in violation.detail
+
+
+def test_a_part_the_plan_does_not_name_is_reported(tmp_path: Path) -> None:
+    root = _plant(tmp_path, {"newpart/x.py": "", "gateway/uses.py": "import appliance.newpart.x\n"})
+    assert _keys(root) == ["import gateway/uses.py -> appliance.newpart.x", "part newpart/x.py"]
+
+
+def test_the_baseline_fails_on_a_new_violation_and_on_a_stale_entry() -> None:
+    found = ["import web/a.py -> appliance.db", "sql web/a.py: SELECT 1", "sql web/a.py: SELECT 1"]
+    assert compare(found, found) == ([], [])
+    assert compare(found, found[:2]) == (["sql web/a.py: SELECT 1"], [])
+    assert compare(found[1:], found) == ([], ["import web/a.py -> appliance.db"])
+
+
+def test_a_broken_plan_is_reported() -> None:
+    looped = {**IMPORTS, "errors": frozenset({"__main__"}), "web": IMPORTS["web"] | {"db"}}
+    broken = Plan(looped, NEVER, {**LIBRARIES, "x": ("nowhere",)}, ("db",), ("config",))
+    errors = plan_errors(broken)
+    assert "web may import db, a pair that must never meet" in errors
+    assert "x's home nowhere is in no part of the plan" in errors
+    assert any(e.startswith("the allowed imports go round: ") for e in errors)
+
+
+def test_violations_compare_by_key() -> None:
+    assert Violation("sql a.py: SELECT 1", "a.py:1") == Violation("sql a.py: SELECT 1", "a.py:9")

@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlean
 
 from appliance.errors import ConfigError
+
+if TYPE_CHECKING:
+    from appliance.db.connection import ReadConn
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -88,3 +92,9 @@ def _statements(sql: str) -> list[str]:
     if buf.strip() and not all(ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()):
         raise ConfigError("a migration ends with an incomplete statement")
     return out
+
+
+async def applied_versions(conn: ReadConn) -> set[int]:
+    """The migrations the database records as applied (readiness compares them with ``discover``)."""
+    rows = await conn.all("SELECT version FROM schema_migrations")
+    return {int(r["version"]) for r in rows}

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from appliance.catalogue import toolkit_reads
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import Outcome, check_query, search
@@ -91,14 +92,8 @@ async def _one(
 
 
 async def _toolkit_ids(rt: Runtime, providers: list[str], project: str | None) -> set[int]:
-    marks = ",".join("?" * len(providers))
-    sql = (
-        "SELECT k.id FROM toolkits k JOIN projects p ON p.id = k.project_id"
-        f" WHERE k.slug IN ({marks}) AND (? IS NULL OR p.slug = ?)"
-    )
     async with rt.db.read() as conn:
-        rows = await conn.all(sql, [*providers, project, project])
-    return {int(r[0]) for r in rows}
+        return await toolkit_reads.ids_of_slugs(conn, providers, project)
 
 
 def _suggestions(
@@ -116,8 +111,8 @@ def _suggestions(
 
 async def _installed(rt: Runtime) -> tuple[list[str], list[str]]:
     async with rt.db.read() as conn:
-        rows = await conn.all("SELECT slug, source FROM toolkits")
-    return [str(r[0]) for r in rows], [str(r[1]) for r in rows]
+        rows = await toolkit_reads.installed(conn)
+    return [slug for slug, _ in rows], [source for _, source in rows]
 
 
 async def search_for_agent(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.access import visibility
-from appliance.catalogue import store
+from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
 from appliance.gateway import accounting, telemetry
@@ -191,9 +191,7 @@ async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
 
     def gather(r: SyncReader) -> tuple[bool, list[Tool]]:
         scope = visibility.scope_in(r, principal)
-        kit_filter, params = scope.toolkit_sql("k")
-        where = f" AND {kit_filter}" if kit_filter else ""
-        has_guide = r.one(f"SELECT 1 FROM toolkits k WHERE k.guide != ''{where} LIMIT 1", params) is not None
+        has_guide = toolkit_reads.any_guide_in(r, scope)
         preloaded = store.tools_named_in(r, principal.preload, scope=scope) if principal.preload else []
         return has_guide, preloaded
 

@@ -8,7 +8,7 @@ succeeded since (one is made here, so readiness comes back as soon as the disk d
 
 from __future__ import annotations
 
-from appliance.db.migrate import default_migrations_dir, discover
+from appliance.db.migrate import applied_versions, default_migrations_dir, discover
 from appliance.errors import ApplianceError, ConfigError
 from appliance.gateway.runtime import Runtime
 
@@ -22,10 +22,9 @@ async def problems(rt: Runtime) -> list[str]:
         found.append(unwritable)
     try:
         async with rt.db.write() as tx:  # BEGIN IMMEDIATE proves the write lock can be had
-            rows = await tx.all("SELECT version FROM schema_migrations")
+            applied = await applied_versions(tx)
     except ApplianceError as exc:
         return [*found, f"database not writable: {exc.public_message}"]
-    applied = {int(r["version"]) for r in rows}
     missing = [n for n, _, _ in discover(default_migrations_dir()) if n not in applied]
     if missing:
         found.append(f"migrations not applied: {missing}")

@@ -57,13 +57,8 @@ class VaultNeedles:
     async def load(self, rt: Runtime, conn: ReadConn) -> Needles:
         async with self._lock:
             self.loads += 1
-            rows = await conn.all(
-                "SELECT toolkit_id, scheme, settings, key_version, blob, created_at, updated_at FROM secrets"
-            )
             kept: dict[int, tuple[bytes, tuple[str, ...]]] = {}
-            for row in rows:
-                stored = vault_store.stored_row(row)
-                assert stored is not None
+            for stored in await vault_store.every_stored(conn):
                 held = self._rows.get(stored.toolkit_id)
                 if held is not None and held[0] == stored.blob:
                     kept[stored.toolkit_id] = held

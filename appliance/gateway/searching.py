@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from appliance.access import visibility
-from appliance.catalogue import store
+from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import InvalidParams
 from appliance.gateway.runtime import Runtime
@@ -51,12 +51,7 @@ class Outcome:
 def _visible_toolkits(
     reader: SyncReader, toolkit: str | None, project: str | None, allowed: Collection[int] | None
 ) -> set[int]:
-    rows = reader.all(
-        "SELECT k.id FROM toolkits k JOIN projects p ON p.id = k.project_id"
-        " WHERE (?1 IS NULL OR k.slug = ?1) AND (?2 IS NULL OR p.slug = ?2)",
-        (toolkit, project),
-    )
-    ids = {int(r[0]) for r in rows}
+    ids = toolkit_reads.ids_in(reader, toolkit, project)
     return ids if allowed is None else ids & {int(i) for i in allowed}
 
 
@@ -192,8 +187,8 @@ def _narrowest(a: Collection[int] | None, b: Collection[int] | None) -> set[int]
 def _why_not_semantic(reader: SyncReader, model_id: str | None, setting_on: bool, ranking: Ranking) -> str:
     if model_id is None:
         return "" if ranking in ("auto", "lexical") else "no_provider"
-    switch = reader.one("SELECT value FROM search_state WHERE key = 'semantic'")
-    on = setting_on if switch is None else switch[0] != "off"
+    switch = vectors.semantic_switch_setting_in(reader)
+    on = setting_on if switch is None else switch != "off"
     # An explicit request (eval --ranking) ignores the switch; agents' searches (and
     # `search --explain`, which shows what they get) obey it.
     if not on and ranking == "auto":

@@ -21,9 +21,8 @@ async def status(rt: Runtime) -> dict[str, Any]:
     model_id = sem.model_id
 
     def read(reader: Any) -> tuple[str | None, tuple[int, int]]:
-        row = reader.one("SELECT value FROM search_state WHERE key = 'semantic'")
         covered = vectors.coverage_in(reader, model_id) if model_id else (0, 0)
-        return (None if row is None else str(row[0])), covered
+        return vectors.semantic_switch_setting_in(reader), covered
 
     async with rt.db.read() as conn:
         switch_value, (embedded, tools) = await conn.batch(read)

@@ -21,6 +21,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from appliance.catalogue import toolkit_reads
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import windows
 
@@ -107,10 +108,7 @@ def timed_search() -> Iterator[None]:
 async def scrape(rt: Runtime) -> bytes:
     """The text exposition, with health and quota gauges read now."""
     async with rt.db.read() as conn:
-        kits = await conn.all(
-            "SELECT k.id, k.slug, p.slug AS project, k.health FROM toolkits k JOIN projects p"
-            " ON p.id = k.project_id"
-        )
+        kits = await toolkit_reads.healths(conn)
     HEALTH.clear()
     QUOTA_USED.clear()
     QUOTA_LIMIT.clear()

@@ -389,6 +389,12 @@ def semantic_switch_in(conn: SyncReader) -> bool:
     return _state(conn, "semantic") != "off"
 
 
+def semantic_switch_setting_in(conn: SyncReader) -> str | None:
+    """What the kill switch was set to, or None if never: then the setting decides."""
+    row = conn.one("SELECT value FROM search_state WHERE key = 'semantic'")
+    return None if row is None else str(row[0])
+
+
 async def set_semantic_switch(tx: WriteTx, on: bool) -> None:
     await tx.run(
         "INSERT INTO search_state (key, value) VALUES ('semantic', ?)"

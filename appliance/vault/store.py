@@ -60,10 +60,14 @@ async def put(
     )
 
 
-_GET = (
-    "SELECT toolkit_id, scheme, settings, key_version, blob, created_at, updated_at"
-    " FROM secrets WHERE toolkit_id = ?"
-)
+_SELECT = "SELECT toolkit_id, scheme, settings, key_version, blob, created_at, updated_at FROM secrets"
+_GET = _SELECT + " WHERE toolkit_id = ?"
+
+
+async def every_stored(conn: ReadConn) -> list[StoredSecret]:
+    """Every toolkit's stored credential, sealed (redaction opens them to know the values)."""
+    rows = await conn.all(_SELECT)
+    return [s for s in map(stored_row, rows) if s is not None]
 
 
 async def get(conn: ReadConn, toolkit_id: int) -> StoredSecret | None:

@@ -27,11 +27,11 @@ import asyncio
 import logging
 from typing import Any
 
+import orjson
 from sanic import Request
 from sanic.exceptions import RequestTimeout
 from sanic.http import Stage
 
-from appliance.db import dumps
 from appliance.web.shutdown import TrackedProtocol
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class Admission:
 
 
 def _refusal(message: str) -> bytes:
-    body = dumps({"error": {"reason": "too_many_connections", "message": message}}).encode()
+    body = orjson.dumps({"error": {"reason": "too_many_connections", "message": message}})
     head = (
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
