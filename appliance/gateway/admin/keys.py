@@ -27,7 +27,7 @@ async def list_keys(
             await principals.get_agent(conn, actor, agent_id)
         if not (actor.is_admin or actor.operator):
             if user not in (None, actor.user_id):
-                raise NotFound(f"no user {user}", field="user_id")
+                raise no_such_user(user)
             user = actor.user_id
         return await keys.list_keys(conn, user_id=user, agent_id=agent_id)
 
