@@ -84,6 +84,15 @@ async def get_user(conn: ReadConn, user_id: int) -> dict[str, Any]:
     return _user(row)
 
 
+async def find_user(conn: ReadConn, user: int | str) -> int | None:
+    """A user's id, by id or by name (None: no such user)."""
+    if isinstance(user, int):
+        row = await conn.one("SELECT id FROM users WHERE id = ?", (user,)) if in_range(user) else None
+    else:
+        row = await conn.one("SELECT id FROM users WHERE name = ?", (user,))
+    return None if row is None else int(row["id"])
+
+
 async def create_user(tx: WriteTx, name: Any, *, is_admin: bool = False) -> dict[str, Any]:
     name = check_name(name)
     if await tx.one("SELECT 1 FROM users WHERE name = ?", (name,)):
@@ -133,6 +142,14 @@ async def get_agent(conn: ReadConn, actor: Principal, agent_id: int) -> dict[str
     if row is None or not manages(actor, int(row["user_id"])):
         raise NotFound(f"no agent {agent_id}", field="agent_id")
     return _agent(row)
+
+
+async def agent_user(conn: ReadConn, agent_id: int) -> int | None:
+    """The user an agent acts for (None: no such agent); no management check."""
+    row = (
+        await conn.one("SELECT user_id FROM agents WHERE id = ?", (agent_id,)) if in_range(agent_id) else None
+    )
+    return None if row is None else int(row["user_id"])
 
 
 async def create_agent(

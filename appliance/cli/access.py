@@ -1,7 +1,7 @@
 """Commands on who may see and call what: users, agents, keys, grants, projects, toolkit access.
 
-They act as the operator (whoever owns the data directory) on the database directly, like
-the other commands; the admin API offers the same operations over HTTP. (``--key`` on
+They act as the operator (whoever owns the data directory) through ``gateway/admin``, the
+operations the admin API offers over HTTP: the same rules and the same errors. (``--key`` on
 ``search`` and ``call`` makes those act for a key instead: see ``cli/acting.py``.)
 """
 
@@ -12,20 +12,20 @@ from typing import Any
 
 import click
 
-from appliance.access import grants as grant_ops
-from appliance.access import keys as key_ops
-from appliance.access import principals
-from appliance.catalogue.naming import validate_slug
 from appliance.cli.catalogue import toolkits
-from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, transact
-from appliance.errors import Conflict, NotFound
+from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, operate
+from appliance.gateway.admin import grants as grant_ops
+from appliance.gateway.admin import keys as key_ops
+from appliance.gateway.admin import people
+from appliance.gateway.admin import projects as project_ops
 from appliance.models import OPERATOR
 
 Obj = tuple[Any, ...]  # (data_dir, config_file, as_json) of the command group
 
 
-def _write(obj: Obj, op: Callable[[Any], Awaitable[Any]]) -> Any:
-    return transact(obj[0], obj[1], op)
+def _run(obj: Obj, op: Callable[[Any], Awaitable[Any]]) -> Any:
+    """One admin operation on the runtime of the group's data directory and settings."""
+    return operate(obj[0], obj[1], op)
 
 
 def _show(obj: Obj, value: Any, line: Callable[[Any], str]) -> None:
@@ -45,14 +45,7 @@ def _group(
     """A group's own run: keep its options for the subcommand, or (without one) list."""
     ctx.obj = obj
     if ctx.invoked_subcommand is None:
-        _show(obj, transact(obj[0], obj[1], listing, write=False), line)
-
-
-async def _user_id(conn: Any, name: str) -> int:
-    row = await conn.one("SELECT id FROM users WHERE name = ?", (name,))
-    if row is None:
-        raise NotFound(f"no user named {name!r}", field="user")
-    return int(row["id"])
+        _show(obj, _run(obj, listing), line)
 
 
 def _user_line(u: dict[str, Any]) -> str:
@@ -84,7 +77,7 @@ def _grant_line(g: dict[str, Any]) -> str:
 @click.pass_context
 def users(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Users: list them (no subcommand), add, remove, make admin."""
-    _group(ctx, (data_dir, config_file, as_json), principals.list_users, _user_line)
+    _group(ctx, (data_dir, config_file, as_json), lambda rt: people.list_users(rt, OPERATOR), _user_line)
 
 
 @users.command("add")
@@ -92,7 +85,7 @@ def users(ctx: click.Context, data_dir: str | None, config_file: str | None, as_
 @click.option("--admin", is_flag=True, help="Make the user an admin.")
 @click.pass_obj
 def users_add(obj: Obj, name: str, admin: bool) -> None:
-    _show(obj, _write(obj, lambda tx: principals.create_user(tx, name, is_admin=admin)), _user_line)
+    _show(obj, _run(obj, lambda rt: people.create_user(rt, OPERATOR, name, is_admin=admin)), _user_line)
 
 
 @users.command("remove")
@@ -100,11 +93,7 @@ def users_add(obj: Obj, name: str, admin: bool) -> None:
 @click.pass_obj
 def users_remove(obj: Obj, name: str) -> None:
     """Remove a user with their agents, keys and grants (their toolkits become the platform's)."""
-
-    async def op(tx: Any) -> None:
-        await principals.delete_user(tx, await _user_id(tx, name))
-
-    _write(obj, op)
+    _run(obj, lambda rt: people.delete_user(rt, OPERATOR, name))
     click.echo(f"removed user {name}", err=True)
 
 
@@ -113,10 +102,7 @@ def users_remove(obj: Obj, name: str) -> None:
 @click.option("--off", is_flag=True, help="Take the admin role away instead.")
 @click.pass_obj
 def users_admin(obj: Obj, name: str, off: bool) -> None:
-    async def op(tx: Any) -> Any:
-        return await principals.update_user(tx, await _user_id(tx, name), is_admin=not off)
-
-    _show(obj, _write(obj, op), _user_line)
+    _show(obj, _run(obj, lambda rt: people.set_admin(rt, OPERATOR, name, not off)), _user_line)
 
 
 # -- agents ----------------------------------------------------------------------------------
@@ -127,12 +113,7 @@ def users_admin(obj: Obj, name: str, off: bool) -> None:
 @click.pass_context
 def agents(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Agents (each acts for one user): list them (no subcommand), add, remove, preload."""
-    _group(
-        ctx,
-        (data_dir, config_file, as_json),
-        lambda conn: principals.list_agents(conn, OPERATOR),
-        _agent_line,
-    )
+    _group(ctx, (data_dir, config_file, as_json), lambda rt: people.list_agents(rt, OPERATOR), _agent_line)
 
 
 @agents.command("add")
@@ -141,18 +122,17 @@ def agents(ctx: click.Context, data_dir: str | None, config_file: str | None, as
 @click.option("--preload", multiple=True, metavar="TOOL", help="A tool its sessions list directly.")
 @click.pass_obj
 def agents_add(obj: Obj, name: str, user_name: str, preload: tuple[str, ...]) -> None:
-    async def op(tx: Any) -> Any:
-        user_id = await _user_id(tx, user_name)
-        return await principals.create_agent(tx, OPERATOR, name, user_id=user_id, preload=list(preload))
-
-    _show(obj, _write(obj, op), _agent_line)
+    agent = _run(
+        obj, lambda rt: people.create_agent(rt, OPERATOR, name, user=user_name, preload=list(preload))
+    )
+    _show(obj, agent, _agent_line)
 
 
 @agents.command("remove")
 @click.argument("agent_id", type=int)
 @click.pass_obj
 def agents_remove(obj: Obj, agent_id: int) -> None:
-    _write(obj, lambda tx: principals.delete_agent(tx, OPERATOR, agent_id))
+    _run(obj, lambda rt: people.delete_agent(rt, OPERATOR, agent_id))
     click.echo(f"removed agent {agent_id} with its keys and grants", err=True)
 
 
@@ -162,7 +142,7 @@ def agents_remove(obj: Obj, agent_id: int) -> None:
 @click.pass_obj
 def agents_preload(obj: Obj, agent_id: int, tools: tuple[str, ...]) -> None:
     """Set the tools an agent's sessions list directly (none: clear)."""
-    agent = _write(obj, lambda tx: principals.update_agent(tx, OPERATOR, agent_id, preload=list(tools)))
+    agent = _run(obj, lambda rt: people.update_agent(rt, OPERATOR, agent_id, preload=list(tools)))
     _show(obj, agent, _agent_line)
 
 
@@ -174,7 +154,7 @@ def agents_preload(obj: Obj, agent_id: int, tools: tuple[str, ...]) -> None:
 @click.pass_context
 def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """API keys, listed by prefix (no subcommand); create one (shown once) or revoke one."""
-    _group(ctx, (data_dir, config_file, as_json), key_ops.list_keys, _key_line)
+    _group(ctx, (data_dir, config_file, as_json), lambda rt: key_ops.list_keys(rt, OPERATOR), _key_line)
 
 
 @keys.command("create")
@@ -193,23 +173,18 @@ def keys_create(
     preload: tuple[str, ...],
 ) -> None:
     """Create a key; the secret is printed once, on stdout."""
-
-    async def op(tx: Any) -> Any:
-        user_id = await _user_id(tx, user_name)
-        if agent_id is not None:
-            agent = await principals.get_agent(tx, OPERATOR, agent_id)
-            if agent["user_id"] != user_id:
-                raise Conflict(f"agent {agent_id} does not act for {user_name}", field="agent")
-        return await key_ops.create_key(
-            tx,
-            user_id,
-            name=principals.check_name(name) if name else "",
+    secret, listed = _run(
+        obj,
+        lambda rt: key_ops.issue(
+            rt,
+            OPERATOR,
+            user=user_name,
             agent_id=agent_id,
-            expires_at=key_ops.parse_expiry(expires, field="expires"),
+            name=name,
+            expires_at=expires,
             preload=list(preload) or None,
-        )
-
-    secret, listed = _write(obj, op)
+        ),
+    )
     if obj[2]:
         emit({**listed, "key": secret})
         return
@@ -222,7 +197,7 @@ def keys_create(
 @click.pass_obj
 def keys_revoke(obj: Obj, prefix: str) -> None:
     """Revoke a key by its prefix; it fails from its next request on."""
-    _show(obj, _write(obj, lambda tx: key_ops.revoke(tx, prefix)), _key_line)
+    _show(obj, _run(obj, lambda rt: key_ops.revoke(rt, OPERATOR, prefix)), _key_line)
 
 
 # -- grants ----------------------------------------------------------------------------------
@@ -237,8 +212,8 @@ def grants(
 ) -> None:
     """Grants of toolkits to agents: list (no subcommand), add, set, remove."""
 
-    def listing(conn: Any) -> Awaitable[Any]:
-        return grant_ops.list_grants(conn, OPERATOR, agent_id=agent_id)
+    def listing(rt: Any) -> Awaitable[Any]:
+        return grant_ops.list_grants(rt, OPERATOR, agent_id=agent_id)
 
     _group(ctx, (data_dir, config_file, as_json), listing, _grant_line)
 
@@ -253,10 +228,10 @@ def grants(
 def grants_add(
     obj: Obj, agent_id: int, toolkit: str, project: str, tools: tuple[str, ...], disabled: bool
 ) -> None:
-    grant = _write(
+    grant = _run(
         obj,
-        lambda tx: grant_ops.create_grant(
-            tx, OPERATOR, agent_id, toolkit, project=project, tools=list(tools), enabled=not disabled
+        lambda rt: grant_ops.create_grant(
+            rt, OPERATOR, agent_id, toolkit, project=project, tools=list(tools), enabled=not disabled
         ),
     )
     _show(obj, grant, _grant_line)
@@ -272,9 +247,7 @@ def grants_set(obj: Obj, grant_id: int, tools: tuple[str, ...], all_tools: bool,
     if tools and all_tools:
         fail("give --tool or --all-tools, not both", 2)
     chosen = [] if all_tools else (list(tools) or None)
-    grant = _write(
-        obj, lambda tx: grant_ops.update_grant(tx, OPERATOR, grant_id, tools=chosen, enabled=enable)
-    )
+    grant = _run(obj, lambda rt: grant_ops.update_grant(rt, OPERATOR, grant_id, tools=chosen, enabled=enable))
     _show(obj, grant, _grant_line)
 
 
@@ -282,15 +255,11 @@ def grants_set(obj: Obj, grant_id: int, tools: tuple[str, ...], all_tools: bool,
 @click.argument("grant_id", type=int)
 @click.pass_obj
 def grants_remove(obj: Obj, grant_id: int) -> None:
-    _write(obj, lambda tx: grant_ops.delete_grant(tx, OPERATOR, grant_id))
+    _run(obj, lambda rt: grant_ops.delete_grant(rt, OPERATOR, grant_id))
     click.echo(f"removed grant {grant_id}", err=True)
 
 
 # -- projects --------------------------------------------------------------------------------
-
-
-async def _list_projects(conn: Any) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.all("SELECT slug, title FROM projects ORDER BY slug")]
 
 
 @main.group(invoke_without_command=True)
@@ -298,7 +267,12 @@ async def _list_projects(conn: Any) -> list[dict[str, Any]]:
 @click.pass_context
 def projects(ctx: click.Context, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Projects: list them (no subcommand), add, remove (when empty)."""
-    _group(ctx, (data_dir, config_file, as_json), _list_projects, lambda p: f"{p['slug']:<24} {p['title']}")
+    _group(
+        ctx,
+        (data_dir, config_file, as_json),
+        lambda rt: project_ops.list_projects(rt, OPERATOR),
+        lambda p: f"{p['slug']:<24} {p['title']}",
+    )
 
 
 @projects.command("add")
@@ -306,14 +280,7 @@ def projects(ctx: click.Context, data_dir: str | None, config_file: str | None, 
 @click.option("--title", default=None)
 @click.pass_obj
 def projects_add(obj: Obj, slug: str, title: str | None) -> None:
-    validate_slug(slug)
-
-    async def op(tx: Any) -> None:
-        if await tx.one("SELECT 1 FROM projects WHERE slug = ?", (slug,)):
-            raise Conflict(f"a project named {slug!r} already exists", field="slug")
-        await tx.run("INSERT INTO projects (slug, title) VALUES (?, ?)", (slug, title or slug))
-
-    _write(obj, op)
+    _run(obj, lambda rt: project_ops.create_project(rt, OPERATOR, slug, title))
     click.echo(f"added project {slug}", err=True)
 
 
@@ -321,15 +288,7 @@ def projects_add(obj: Obj, slug: str, title: str | None) -> None:
 @click.argument("slug")
 @click.pass_obj
 def projects_remove(obj: Obj, slug: str) -> None:
-    async def op(tx: Any) -> None:
-        row = await tx.one("SELECT id FROM projects WHERE slug = ?", (slug,))
-        if row is None:
-            raise NotFound(f"no project named {slug!r}", field="slug")
-        if slug == "default" or await tx.one("SELECT 1 FROM toolkits WHERE project_id = ?", (row["id"],)):
-            raise Conflict(f"project {slug!r} is the default or still has toolkits", field="slug")
-        await tx.run("DELETE FROM projects WHERE id = ?", (row["id"],))
-
-    _write(obj, op)
+    _run(obj, lambda rt: project_ops.delete_project(rt, OPERATOR, slug))
     click.echo(f"removed project {slug}", err=True)
 
 
@@ -361,20 +320,20 @@ def toolkits_access(
     data_dir, config_file = ctx.obj["data_dir"], ctx.obj["config_file"]
     if allow and allow_all:
         fail("give --allow or --allow-all, not both", 2)
-
-    async def op(tx: Any) -> Any:
-        kit_id = await grant_ops.find_toolkit(tx, OPERATOR, slug, project)
-        return await grant_ops.set_toolkit_access(
-            tx,
+    access = operate(
+        data_dir,
+        config_file,
+        lambda rt: grant_ops.set_toolkit_access(
+            rt,
             OPERATOR,
-            kit_id,
+            slug,
+            project,
             visibility=visibility,
             default=is_default,
             allowed_tools=[] if allow_all else (list(allow) or None),
-            owner_id=None if owner is None else await _user_id(tx, owner),
-        )
-
-    access = transact(data_dir, config_file, op)
+            owner=owner,
+        ),
+    )
     if as_json:
         emit(access)
         return

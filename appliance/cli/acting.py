@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from appliance.access import keys
+from appliance.gateway.admin import keys
 from appliance.models import OPERATOR, Principal
 
 KEY = click.option(
@@ -26,5 +26,4 @@ async def acting(rt: Any, key: str | None) -> Principal:
     key = key or rt.settings.api_key
     if not key:
         return OPERATOR
-    async with rt.db.read() as conn:
-        return await keys.authenticate(conn, key)
+    return await keys.authenticate(rt, key)

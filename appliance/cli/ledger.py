@@ -77,9 +77,9 @@ def credits(ctx: click.Context, data_dir: str | None, config_file: str | None) -
 @click.pass_obj
 def credits_show(settings: Any, user: str, as_json: bool) -> None:
     """A user's balance and latest ledger entries."""
-    from appliance.gateway import ledgering
+    from appliance.gateway.admin import ledger
 
-    account = run(settings, lambda rt: ledgering.account(rt, user))
+    account = run(settings, lambda rt: ledger.account(rt, OPERATOR, user))
     if as_json:
         emit(account)
         return
@@ -96,10 +96,10 @@ def credits_show(settings: Any, user: str, as_json: bool) -> None:
 @click.pass_obj
 def credits_grant(settings: Any, user: str, amount: str, note: str, as_json: bool) -> None:
     """Grant AMOUNT credits to USER (negative: take back, never below 0)."""
-    from appliance.gateway import ledgering
+    from appliance.gateway.admin import ledger
 
     value = _number(amount, "amount")
-    done = run(settings, lambda rt: ledgering.grant(rt, user, value, actor="cli", note=note))
+    done = run(settings, lambda rt: ledger.grant_credit(rt, OPERATOR, user, value, note=note))
     emit(done) if as_json else click.echo(f"{user}: {done['balance']} credits (entry #{done['entry']})")
 
 
@@ -110,9 +110,9 @@ def credits_grant(settings: Any, user: str, amount: str, note: str, as_json: boo
 @click.pass_obj
 def credits_void(settings: Any, entry: int, note: str, as_json: bool) -> None:
     """Reverse charge ENTRY with a compensating entry (credit and quota use come back)."""
-    from appliance.gateway import ledgering
+    from appliance.gateway.admin import ledger
 
-    done = run(settings, lambda rt: ledgering.void(rt, entry, actor="cli", note=note))
+    done = run(settings, lambda rt: ledger.void(rt, OPERATOR, entry, note=note))
     emit(done) if as_json else click.echo(
         f"charge #{entry} voided by entry #{done['void']} (+{done['amount']})"
     )
@@ -142,9 +142,9 @@ def _print_quota(q: dict[str, Any]) -> None:
 @click.pass_obj
 def quota_show(settings: Any, toolkit: str, project: str | None, as_json: bool) -> None:
     """Fee, ceilings and the current UTC day's and month's use."""
-    from appliance.gateway import ledgering
+    from appliance.gateway.admin import ledger
 
-    q = run(settings, lambda rt: ledgering.quota(rt, toolkit, project))
+    q = run(settings, lambda rt: ledger.quota(rt, OPERATOR, toolkit, project))
     emit(q) if as_json else _print_quota(q)
 
 
@@ -168,7 +168,7 @@ def quota_set(
     as_json: bool,
 ) -> None:
     """Change a toolkit's fee, ceilings or unit; what is not given stays."""
-    from appliance.gateway import ledgering
+    from appliance.gateway.admin import ledger
 
     doc: dict[str, Any] = {}
     for key, raw in (("fee", fee), ("daily_limit", daily), ("monthly_limit", monthly)):
@@ -178,5 +178,5 @@ def quota_set(
         doc["unit"] = unit
     if not doc:
         fail("nothing to change: give --fee, --daily, --monthly or --unit", 2)
-    q = run(settings, lambda rt: ledgering.set_quota(rt, toolkit, doc, project))
+    q = run(settings, lambda rt: ledger.set_quota(rt, OPERATOR, toolkit, doc, project))
     emit(q) if as_json else _print_quota(q)

@@ -81,12 +81,12 @@ async def _check_sound(rt: Any) -> None:
 @CONFIG
 def init(data_dir: str | None, config_file: str | None) -> None:
     """Create the data directory and print an admin API key, once."""
-    from appliance.access import keys
+    from appliance.gateway.admin import keys
 
     settings = settings_for(config_file, data_dir=data_dir)
     if settings.admin_key is not None:
         try:
-            keys.check_format(settings.admin_key)
+            keys.check_admin_key(settings.admin_key)
         except ApplianceError as exc:
             # A configuration error (exit 2), caught before anything is created or installed.
             fail(f"TOOLSPOKE_ADMIN_KEY (setting admin_key) is malformed: {exc.public_message}", 2)
@@ -95,14 +95,7 @@ def init(data_dir: str | None, config_file: str | None) -> None:
         from appliance.gateway.imports import ensure_demo
 
         await ensure_demo(rt)  # the demo works on every face from the start, no serve needed
-        async with rt.db.read() as conn:
-            if await keys.has_admin_key(conn):
-                return None
-        key = settings.admin_key or keys.new_key()
-        async with rt.db.write() as tx:
-            user = await keys.ensure_admin(tx)
-            await keys.add_key(tx, user, key, name="init")
-        return key
+        return await keys.first_admin_key(rt, settings.admin_key)
 
     key = run(settings, work)
     if key is None:

@@ -11,9 +11,11 @@ import time
 from datetime import datetime
 from typing import Any
 
+from appliance.access import principals
 from appliance.catalogue import store as catalogue
 from appliance.errors import Forbidden, InvalidParams, NotFound
 from appliance.gateway.accounting import is_owner
+from appliance.gateway.admin import people
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import history
 from appliance.ledger import store as ledger
@@ -60,14 +62,10 @@ async def toolkit(rt: Runtime, slug: str, project: str | None = None) -> Toolkit
 
 async def user_id(rt: Runtime, user: str | int) -> int:
     """A user by id (the API) or by name (the CLI)."""
+    if isinstance(user, str):
+        _text(user, "user")
     async with rt.db.read() as conn:
-        if isinstance(user, int):
-            row = await conn.one("SELECT id FROM users WHERE id = ?", (_id(user, "user"),))
-        else:
-            row = await conn.one("SELECT id FROM users WHERE name = ?", (_text(user, "user"),))
-    if row is None:
-        raise NotFound(f"no user {user!r}", field="user")
-    return int(row["id"])
+        return await people.user_id(conn, user)
 
 
 async def viewable_toolkit(rt: Runtime, viewer: Principal, slug: str, project: str | None) -> Toolkit:
@@ -242,5 +240,4 @@ async def calls(
 async def _agent_of(rt: Runtime, agent: int) -> int | None:
     """The user an agent acts for (None: no such agent)."""
     async with rt.db.read() as conn:
-        row = await conn.one("SELECT user_id FROM agents WHERE id = ?", (agent,))
-    return None if row is None else int(row["user_id"])
+        return await principals.agent_user(conn, agent)

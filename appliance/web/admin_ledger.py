@@ -22,21 +22,23 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, Forbidden, InvalidParams
+from appliance.errors import ApplianceError, InvalidParams
 from appliance.gateway import ledgering
+from appliance.gateway.admin import ledger
 from appliance.models import Principal
 from appliance.web.admin import body as json_object
 from appliance.web.admin import error_response
-from appliance.web.guards import authenticate, check_host, check_origin, require_admin
+from appliance.web.guards import authenticate, check_host, check_origin
 
 bp = Blueprint("admin_ledger", url_prefix="/api/v1")
 
 
-async def _caller(request: Request, *, admin: bool) -> Principal:
+async def _caller(request: Request) -> Principal:
+    """Any valid key; who may do what is the operation's to say (``gateway/admin/ledger.py``)."""
     rt = request.app.ctx.rt
     check_host(request, rt.settings)
     check_origin(request, rt.settings)
-    return await (require_admin(request, rt) if admin else authenticate(request, rt))
+    return await authenticate(request, rt)
 
 
 def _body(request: Request) -> dict[str, Any]:
@@ -53,10 +55,8 @@ async def _answer(work: Callable[[], Awaitable[dict[str, Any]]], status: int = 2
 @bp.get("/toolkits/<slug>/quota")
 async def get_quota(request: Request, slug: str) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        viewer = await _caller(request, admin=False)
-        rt = request.app.ctx.rt
-        await ledgering.viewable_toolkit(rt, viewer, slug, request.args.get("project"))
-        return await ledgering.quota(rt, slug, request.args.get("project"))
+        viewer = await _caller(request)
+        return await ledger.quota(request.app.ctx.rt, viewer, slug, request.args.get("project"))
 
     return await _answer(work)
 
@@ -64,10 +64,9 @@ async def get_quota(request: Request, slug: str) -> HTTPResponse:
 @bp.put("/toolkits/<slug>/quota")
 async def put_quota(request: Request, slug: str) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        await _caller(request, admin=True)
-        return await ledgering.set_quota(
-            request.app.ctx.rt, slug, _body(request), request.args.get("project")
-        )
+        admin = await _caller(request)
+        rt = request.app.ctx.rt
+        return await ledger.set_quota(rt, admin, slug, _body(request), request.args.get("project"))
 
     return await _answer(work)
 
@@ -75,10 +74,8 @@ async def put_quota(request: Request, slug: str) -> HTTPResponse:
 @bp.get("/users/<user_id:int>/credits")
 async def get_credits(request: Request, user_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        viewer = await _caller(request, admin=False)
-        if not viewer.is_admin and viewer.user_id != user_id:
-            raise Forbidden("only an admin or the user may see a user's credit")
-        return await ledgering.account(request.app.ctx.rt, user_id)
+        viewer = await _caller(request)
+        return await ledger.account(request.app.ctx.rt, viewer, user_id)
 
     return await _answer(work)
 
@@ -86,12 +83,12 @@ async def get_credits(request: Request, user_id: int) -> HTTPResponse:
 @bp.post("/users/<user_id:int>/credits")
 async def post_credits(request: Request, user_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        admin = await _caller(request, admin=True)
+        admin = await _caller(request)
         doc = _body(request)
         if "amount" not in doc:
             raise InvalidParams("'amount' (credits) is required", field="amount")
-        return await ledgering.grant(
-            request.app.ctx.rt, user_id, doc["amount"], actor=admin.key_prefix, note=doc.get("note", "")
+        return await ledger.grant_credit(
+            request.app.ctx.rt, admin, user_id, doc["amount"], note=doc.get("note", "")
         )
 
     return await _answer(work, 201)
@@ -100,9 +97,9 @@ async def post_credits(request: Request, user_id: int) -> HTTPResponse:
 @bp.post("/ledger/<entry_id:int>/void")
 async def post_void(request: Request, entry_id: int) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        admin = await _caller(request, admin=True)
+        admin = await _caller(request)
         note = _body(request).get("note", "")
-        return await ledgering.void(request.app.ctx.rt, entry_id, actor=admin.key_prefix, note=note)
+        return await ledger.void(request.app.ctx.rt, admin, entry_id, note=note)
 
     return await _answer(work, 201)
 
@@ -118,7 +115,7 @@ def _limit(request: Request) -> int:
 
 async def _history(request: Request, **scope: Any) -> HTTPResponse:
     async def work() -> dict[str, Any]:
-        viewer = await _caller(request, admin=False)
+        viewer = await _caller(request)
         a = request.args
         return await ledgering.calls(
             request.app.ctx.rt,

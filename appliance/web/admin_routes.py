@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from sanic import Request, response
 from sanic.response import HTTPResponse
 
-from appliance.access import grants, principals
 from appliance.errors import ApplianceError, InvalidParams, InvalidRequest, UpstreamError
+from appliance.gateway.admin import grants, people
 from appliance.models import Principal
 from appliance.rpc import jsonrpc
 from appliance.web.guards import authenticate, check_host, check_origin, require_admin
 
-T = TypeVar("T")
 Handler = Callable[..., Awaitable[HTTPResponse]]
 JsonHandler = Callable[..., Awaitable[Any]]
 Refusal = Callable[[ApplianceError], HTTPResponse]
@@ -92,7 +91,7 @@ async def person_only(request: Request) -> HTTPResponse | None:
         check_host(request, request.app.ctx.rt.settings)
         check_origin(request, request.app.ctx.rt.settings)
         principal = await authenticate(request, request.app.ctx.rt)
-        principals.require_person(principal)
+        people.require_person(principal)
         request.ctx.principal = principal
     except ApplianceError as exc:
         return error_response(exc)
@@ -146,27 +145,11 @@ def _check_text(value: Any, where: str) -> None:
             _check_text(item, where)
 
 
-def project(request: Request, doc: dict[str, Any] | None = None) -> str:
-    """The body's ``project``, else the query string's, else ``default``; a non-empty string."""
-    value = (doc or {}).get("project", request.args.get("project", "default"))
-    if not isinstance(value, str) or not value:
-        raise InvalidParams("'project' must be a non-empty string", field="project")
-    return value
+def project(request: Request, doc: dict[str, Any] | None = None) -> Any:
+    """The body's ``project``, else the query string's, else ``default`` (the operation checks it)."""
+    return (doc or {}).get("project", request.args.get("project", "default"))
 
 
 async def managed(request: Request, slug: str, project: str) -> None:
     """The caller owns the toolkit or is an admin; anything else is a toolkit that does not exist."""
-    async with request.app.ctx.rt.db.read() as conn:
-        await grants.find_toolkit(conn, request.ctx.principal, slug, project)
-
-
-async def reading(request: Request, op: Callable[[Any], Awaitable[T]]) -> T:
-    """``op`` on a read-only connection of the appliance's database."""
-    async with request.app.ctx.rt.db.read() as conn:
-        return await op(conn)
-
-
-async def writing(request: Request, op: Callable[[Any], Awaitable[T]]) -> T:
-    """``op`` in one write transaction, committed when it returns."""
-    async with request.app.ctx.rt.db.write() as tx:
-        return await op(tx)
+    await grants.managed_toolkit(request.app.ctx.rt, request.ctx.principal, slug, project)

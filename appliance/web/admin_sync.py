@@ -19,9 +19,9 @@ from typing import Any
 
 from sanic import Blueprint, Request, Sanic
 
-from appliance.access import principals
 from appliance.errors import InvalidParams
 from appliance.gateway import sync
+from appliance.gateway.admin import people
 from appliance.gateway.sync_schedule import ResyncScheduler
 from appliance.web.admin_routes import answers, body, managed, person_only, upstream_bad_gateway
 
@@ -93,7 +93,7 @@ async def approve(request: Request, slug: str) -> Any:
 @bp.post("/tools/<name>/kind")
 @answers()
 async def reclassify(request: Request, name: str) -> Any:
-    principals.require_admin(request.ctx.principal)
+    people.require_admin(request.ctx.principal)
     doc = _body(request)
     if "kind" not in doc:
         raise InvalidParams("'kind' is required: read, write, destructive or auto", field="kind")
