@@ -28,9 +28,10 @@ from appliance.errors import (
 )
 from appliance.gateway import direct
 from appliance.models import ANONYMOUS, Principal, Toolkit
+from appliance.protocol import param_headers, versions
+from appliance.protocol.meta import PROTOCOL_VERSION_KEY, progress_token
 from appliance.rpc import jsonrpc, mcp, modern
 from appliance.rpc.sessions import SessionStore
-from appliance.upstream import param_headers
 from appliance.web.guards import authenticate, bearer_token, check_host, check_origin
 
 bp = Blueprint("mcp")
@@ -135,7 +136,7 @@ def _progress_stream(
     """A stream for this call's relayed progress and logs, when it may get some and takes SSE."""
     if msg.kind != "request" or msg.method != "tools/call":
         return None
-    if mcp.progress_token(msg.params) is None and ctx.log_level is None:
+    if progress_token(msg.params) is None and ctx.log_level is None:
         return None
     if "text/event-stream" not in request.headers.get("accept", ""):
         return None
@@ -221,7 +222,7 @@ async def _serve_modern(
         return response.empty(status=202)
     routing = {name: request.headers.getall(name, []) for name in modern.ROUTING_HEADERS}
     try:
-        envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
+        envelope = modern.check_envelope(msg, routing)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
     # A message refused for its nesting reaches the dispatcher's refusal untouched.
@@ -359,13 +360,13 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
             Unauthorized(f"{msg.method} needs an API key: send 'Authorization: Bearer <key>'"), msg.id
         )
 
-    if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
+    if versions.is_modern(PROTOCOL_VERSION_KEY in msg.meta, msg.method, request.headers.get(VERSION_HEADER)):
         return await _serve_modern(request, principal, msg, kit)
     rt = request.app.ctx.rt
     sessions = _sessions(request)
     headers: dict[str, str] = {}
     if msg.method == "initialize" and msg.kind == "request":
-        reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST, toolkit=kit), msg)
+        reply = await mcp.respond(rt, mcp.CallContext(principal, versions.LATEST_LEGACY, toolkit=kit), msg)
         if "result" in reply:
             client = msg.params.get("clientInfo")
             opened = sessions.create(
@@ -398,12 +399,12 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
         )
     session = live
     version = request.headers.get(VERSION_HEADER)
-    if version is not None and version not in mcp.SUPPORTED_VERSIONS:
+    if version is not None and version not in versions.LEGACY_VERSIONS:
         return rpc_error(
             InvalidRequest(
                 f"unsupported MCP-Protocol-Version {version!r}",
                 field="mcp-protocol-version",
-                data={"supported": list(mcp.SUPPORTED_VERSIONS)},
+                data={"supported": list(versions.LEGACY_VERSIONS)},
             ),
             msg.id,
             status=400,

@@ -28,6 +28,7 @@ from appliance.errors import ApplianceError, InvalidRequest
 from appliance.gateway import direct
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
+from appliance.protocol import versions
 from appliance.rpc import jsonrpc, mcp
 from appliance.web.mcp import preflight
 from appliance.web.mcp import rpc_error as error_response
@@ -89,7 +90,9 @@ class Stream:
         if msg.method == "initialize":
             # Answered before the 202 so that a client pipelining its next request behind
             # the handshake finds the version already negotiated.
-            reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST, toolkit=kit), msg)
+            reply = await mcp.respond(
+                rt, mcp.CallContext(principal, versions.LATEST_LEGACY, toolkit=kit), msg
+            )
             if "result" in reply:
                 self.protocol_version = reply["result"]["protocolVersion"]
             await self.outbox.put(_event(reply, msg))
@@ -120,7 +123,10 @@ class Stream:
             reply = jsonrpc.error(msg.id, exc)
         else:
             ctx = mcp.CallContext(
-                principal, self.protocol_version or mcp.LATEST, toolkit=kit, log_level=self.log_level
+                principal,
+                self.protocol_version or versions.LATEST_LEGACY,
+                toolkit=kit,
+                log_level=self.log_level,
             )
             ctx.notify = self.notify  # relayed progress and logs go ahead of the reply
             ctx.set_log_level = self.set_log_level

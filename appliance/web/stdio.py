@@ -20,6 +20,8 @@ from appliance.access import keys
 from appliance.errors import ApplianceError, InvalidRequest
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
+from appliance.protocol import versions
+from appliance.protocol.meta import PROTOCOL_VERSION_KEY
 from appliance.rpc import jsonrpc, mcp, modern
 from appliance.web import stdio_lines
 
@@ -88,8 +90,8 @@ class StdioFace:
     async def _reply(self, msg: jsonrpc.Message) -> dict[str, Any]:
         try:
             principal = await self.principal()
-            if modern.is_modern(msg, None, mcp.SUPPORTED_VERSIONS):
-                envelope = modern.check_envelope(msg, None, mcp.ALL_VERSIONS)
+            if versions.is_modern(PROTOCOL_VERSION_KEY in msg.meta, msg.method, None):
+                envelope = modern.check_envelope(msg, None)
                 ctx = mcp.CallContext(
                     principal,
                     envelope.protocol_version,
@@ -100,7 +102,7 @@ class StdioFace:
                 )
                 return await mcp.respond(self.rt, ctx, msg)
             if msg.method == "initialize":
-                reply = await mcp.respond(self.rt, mcp.CallContext(principal, mcp.LATEST), msg)
+                reply = await mcp.respond(self.rt, mcp.CallContext(principal, versions.LATEST_LEGACY), msg)
                 if "result" in reply:
                     self.legacy_version = reply["result"]["protocolVersion"]
                 return reply
@@ -110,7 +112,10 @@ class StdioFace:
             if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
                 raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
             ctx = mcp.CallContext(
-                principal, self.legacy_version or mcp.LATEST, notify=self.write, log_level=self.log_level
+                principal,
+                self.legacy_version or versions.LATEST_LEGACY,
+                notify=self.write,
+                log_level=self.log_level,
             )
             ctx.set_log_level = self.set_log_level
             return await mcp.respond(self.rt, ctx, msg)
