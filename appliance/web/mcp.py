@@ -29,14 +29,13 @@ from appliance.errors import (
 from appliance.gateway import direct
 from appliance.models import ANONYMOUS, Principal, Toolkit
 from appliance.protocol import param_headers, versions
-from appliance.protocol.meta import PROTOCOL_VERSION_KEY, progress_token
-from appliance.rpc import jsonrpc, mcp, modern
-from appliance.rpc.sessions import SessionStore
+from appliance.protocol.meta import progress_token
+from appliance.protocol.routing import ROUTING_HEADERS, SESSION_HEADER, VERSION_HEADER
+from appliance.rpc import jsonrpc, mcp
+from appliance.rpc.session import Session, SessionStore, is_modern, modern_context
 from appliance.web.guards import authenticate, bearer_token, check_host, check_origin
 
 bp = Blueprint("mcp")
-SESSION_HEADER = "mcp-session-id"
-VERSION_HEADER = "mcp-protocol-version"
 
 
 def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> HTTPResponse:
@@ -149,9 +148,9 @@ async def _answer(
     msg: jsonrpc.Message,
     headers: dict[str, str],
     modern_era: bool,
-    in_flight: dict[Any, asyncio.Task[Any]] | None = None,
+    session: Session | None = None,
 ) -> HTTPResponse | None:
-    """Run one request; ``in_flight`` (a legacy session's) lets notifications/cancelled stop it.
+    """Run one request; in a legacy ``session``, as a call notifications/cancelled can stop.
 
     2026-07-28 has no cancel notification on HTTP: the client closes the connection, and
     Sanic cancels this handler, which cancels the work it awaits, down to the upstream.
@@ -159,13 +158,12 @@ async def _answer(
     stream = _progress_stream(request, ctx, msg, headers)
     if stream is not None:
         ctx.notify = stream.notify
-    tracked = in_flight is not None and type(msg.id) in (str, int) and msg.id not in in_flight
-    if not tracked:  # nothing can cancel it but the connection: no task of its own needed
+    if session is None or session.running(msg.id):
+        # Nothing can cancel it but the connection: no task of its own needed.
         reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
         return await _send(request, stream, reply, headers, modern_era)
     work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
-    if in_flight is not None:
-        in_flight[msg.id] = work
+    session.track(msg.id, work)
     try:
         reply = await work
     except asyncio.CancelledError:
@@ -173,9 +171,6 @@ async def _answer(
         if current is not None and current.cancelling():
             raise  # the client went away: nothing to answer
         return await _unanswered(request, stream, headers)
-    finally:
-        if in_flight is not None and in_flight.get(msg.id) is work:
-            del in_flight[msg.id]
     return await _send(request, stream, reply, headers, modern_era)
 
 
@@ -220,23 +215,15 @@ async def _serve_modern(
     """One stateless request: no session is read, minted or echoed."""
     if msg.kind != "request":
         return response.empty(status=202)
-    routing = {name: request.headers.getall(name, []) for name in modern.ROUTING_HEADERS}
+    routing = {name: request.headers.getall(name, []) for name in ROUTING_HEADERS}
     try:
-        envelope = modern.check_envelope(msg, routing)
+        ctx = modern_context(principal, msg, headers=routing, toolkit=kit)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
     # A message refused for its nesting reaches the dispatcher's refusal untouched.
     problem = None if msg.refusal else await _param_header_problem(request, principal, msg, kit)
     if problem is not None:
         return rpc_error(HeaderMismatch(problem, field="mcp-param"), msg.id, status=400)
-    ctx = mcp.CallContext(
-        principal,
-        envelope.protocol_version,
-        modern=True,
-        toolkit=kit,
-        log_level=envelope.log_level,
-        client_capabilities=envelope.client_capabilities,
-    )
     return await _answer(request, ctx, msg, {}, modern_era=True)
 
 
@@ -360,22 +347,24 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
             Unauthorized(f"{msg.method} needs an API key: send 'Authorization: Bearer <key>'"), msg.id
         )
 
-    if versions.is_modern(PROTOCOL_VERSION_KEY in msg.meta, msg.method, request.headers.get(VERSION_HEADER)):
+    if is_modern(msg, request.headers.get(VERSION_HEADER)):
         return await _serve_modern(request, principal, msg, kit)
+    return await _serve_legacy(request, principal, msg, kit, scope)
+
+
+async def _serve_legacy(
+    request: Request, principal: Principal, msg: jsonrpc.Message, kit: Toolkit | None, scope: str
+) -> HTTPResponse | None:
+    """A request of a 2025-era session: ``initialize`` opens one, every later message names
+    it in ``Mcp-Session-Id``."""
     rt = request.app.ctx.rt
     sessions = _sessions(request)
     headers: dict[str, str] = {}
     if msg.method == "initialize" and msg.kind == "request":
-        reply = await mcp.respond(rt, mcp.CallContext(principal, versions.LATEST_LEGACY, toolkit=kit), msg)
-        if "result" in reply:
-            client = msg.params.get("clientInfo")
-            opened = sessions.create(
-                principal.key_prefix,
-                reply["result"]["protocolVersion"],
-                client if isinstance(client, dict) else {},
-                scope,
-            )
-            headers["Mcp-Session-Id"] = opened.id
+        opening = Session(principal.key_prefix, scope)
+        reply = await opening.initialize(rt, principal, msg, kit)
+        if opening.protocol_version is not None:
+            headers[SESSION_HEADER] = sessions.add(opening).id
         return _reply(request, reply, headers)
 
     session_id = request.headers.get(SESSION_HEADER)
@@ -390,14 +379,13 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
             msg.id,
             status=400,
         )
-    live = sessions.get(session_id, principal.key_prefix, scope)
-    if live is None:
+    session = sessions.get(session_id, principal.key_prefix, scope)
+    if session is None:
         return rpc_error(
             InvalidRequest("session not found or expired: initialize again", field="mcp-session-id"),
             msg.id,
             status=404,
         )
-    session = live
     version = request.headers.get(VERSION_HEADER)
     if version is not None and version not in versions.LEGACY_VERSIONS:
         return rpc_error(
@@ -410,14 +398,10 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
             status=400,
         )
     if msg.kind != "request":
-        if msg.method == "notifications/initialized":
-            session.initialized = True
-        elif msg.method == "notifications/cancelled":
-            session.cancel(msg.params.get("requestId"))
+        session.notice(msg)
         return response.empty(status=202)
-    ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit, log_level=session.log_level)
-    ctx.set_log_level = session.set_log_level
-    return await _answer(request, ctx, msg, headers, modern_era=False, in_flight=session.in_flight)
+    ctx = session.context(principal, kit)
+    return await _answer(request, ctx, msg, headers, modern_era=False, session=session)
 
 
 @bp.get("/mcp")
