@@ -28,7 +28,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
 from appliance.protocol import versions
 from appliance.protocol.log_levels import LOG_LEVELS, log_rank
-from appliance.protocol.meta import OURS, SERVER_INFO_KEY, progress_token
+from appliance.protocol.meta import OURS, PROGRESS_TOKEN_KEY, SERVER_INFO_KEY, progress_token
 from appliance.protocol.relays import LogRelay, ProgressCallback
 from appliance.rpc import jsonrpc
 
@@ -120,7 +120,7 @@ def _progress_relay(ctx: CallContext, params: dict[str, Any]) -> ProgressCallbac
         progress = upstream.get("progress")
         if not isinstance(progress, int | float) or isinstance(progress, bool):
             return
-        out: dict[str, Any] = {"progressToken": token, "progress": progress}
+        out: dict[str, Any] = {PROGRESS_TOKEN_KEY: token, "progress": progress}
         total = upstream.get("total")
         if isinstance(total, int | float) and not isinstance(total, bool):
             out["total"] = total

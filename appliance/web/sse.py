@@ -31,7 +31,7 @@ from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, mcp
 from appliance.rpc.session import Session
 from appliance.web.mcp import preflight
-from appliance.web.mcp import rpc_error as error_response
+from appliance.web.mcp_replies import rpc_error as error_response
 
 bp = Blueprint("sse")
 OUTBOX_SIZE = 16  # events waiting for a slow reader; their producers wait beyond this
