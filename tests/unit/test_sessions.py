@@ -266,7 +266,8 @@ def test_a_request_behind_a_running_initialize_waits_for_its_answer() -> None:
         handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         session.handshake_running(handshake)
         waiting = asyncio.ensure_future(session.settled())
-        await asyncio.sleep(0)  # one turn: a waiter that did not wait would be done by now
+        # One turn of the loop, not a timed wait: a waiter that did not wait is done after it.
+        await asyncio.sleep(0)
         assert not waiting.done()
         session.protocol_version = "2025-11-25"
         handshake.set_result(None)
@@ -292,7 +293,7 @@ def test_cancellation_stops_only_the_named_call_in_flight() -> None:
         assert not first.cancelled() and not second.cancelled()
         session.notice(msg("notifications/cancelled", requestId=1))
         assert first.cancelled() and not second.cancelled()
-        await asyncio.sleep(0)  # the done callbacks run on the next turn
+        await asyncio.gather(first, return_exceptions=True)  # its end is seen after the session's
         assert list(session.in_flight) == ["b"]
         second.set_result(None)
         await session.drain()
@@ -309,7 +310,7 @@ def test_a_finished_call_does_not_forget_a_later_call_under_the_same_id() -> Non
         session.track(7, old)
         session.track(7, new)
         old.set_result(None)
-        await asyncio.sleep(0)
+        await asyncio.gather(old)  # its end is seen after the session's
         assert session.in_flight == {7: new}
         session.cancel_all()
         assert new.cancelled()
