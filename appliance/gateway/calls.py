@@ -27,7 +27,7 @@ from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
-from appliance.upstream import param_headers
+from appliance.protocol import param_headers
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 

@@ -33,9 +33,10 @@ from appliance.gateway import accounting
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import idempotency as store
 from appliance.models import CallResult, Principal, Tool
+from appliance.protocol.meta import IDEMPOTENCY_KEY
 
 log = logging.getLogger(__name__)
-META_KEY = "toolspoke/idempotencyKey"
+META_KEY = IDEMPOTENCY_KEY
 MAX_KEY = 255
 PRUNE_EVERY_S = 3600.0
 INTERRUPTED = CallResult(

@@ -26,15 +26,14 @@ from appliance.gateway import accounting, bridge, direct, idempotency
 from appliance.gateway.calls import call_tool, resolve_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
-from appliance.rpc import jsonrpc, modern
-from appliance.upstream.mcp_session import LOG_LEVELS, LogRelay, ProgressCallback, log_rank
+from appliance.protocol import versions
+from appliance.protocol.log_levels import LOG_LEVELS, log_rank
+from appliance.protocol.meta import OURS, PROGRESS_TOKEN_KEY, SERVER_INFO_KEY, progress_token
+from appliance.protocol.relays import LogRelay, ProgressCallback
+from appliance.rpc import jsonrpc
 
 log = logging.getLogger(__name__)
 
-# The legacy (handshake) era; 2024-11-05 for clients still on the HTTP+SSE transport.
-SUPPORTED_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
-LATEST = SUPPORTED_VERSIONS[0]
-ALL_VERSIONS = (modern.MODERN_VERSION, *SUPPORTED_VERSIONS)
 SERVER_INFO = {"name": "toolspoke", "title": "toolspoke tool gateway", "version": __version__}
 # tools/list changes only when an import adds the first guide; a short freshness hint keeps
 # modern clients from re-listing on every turn. "private": the list will depend on the
@@ -42,8 +41,6 @@ SERVER_INFO = {"name": "toolspoke", "title": "toolspoke tool gateway", "version"
 TOOLS_LIST_TTL_MS = 60_000
 # logging: upstream notifications/message are relayed during a tools/call.
 CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": False}, "logging": {}}
-DEFAULT_VERSION = "2025-03-26"  # what the transport spec says to assume without a header
-META_PREFIX = "toolspoke/"
 
 INSTRUCTIONS = (
     "toolspoke is a tool gateway. Find tools with search_tools (describe the task), then run one with "
@@ -81,7 +78,7 @@ def initialize_result(params: dict[str, Any], kit: Toolkit | None = None) -> dic
     if not isinstance(requested, str):
         raise InvalidParams("'protocolVersion' must be a string", field="protocolVersion")
     # A server that does not support the requested version answers with one it does.
-    version = requested if requested in SUPPORTED_VERSIONS else LATEST
+    version = versions.negotiate(requested)
     info, instructions = _identity(kit)
     return {
         "protocolVersion": version,
@@ -95,7 +92,7 @@ def discover_result(kit: Toolkit | None = None) -> dict[str, Any]:
     """``server/discover`` (2026-07-28): versions, capabilities and identity, up front."""
     _, instructions = _identity(kit)
     return {
-        "supportedVersions": list(ALL_VERSIONS),
+        "supportedVersions": list(versions.ALL_VERSIONS),
         "capabilities": CAPABILITIES,
         "instructions": instructions,
         "ttlMs": 3_600_000,
@@ -108,17 +105,8 @@ def tool_result(result: CallResult) -> dict[str, Any]:
     if result.structured is not None:
         out["structuredContent"] = result.structured
     if result.meta:
-        out["_meta"] = {META_PREFIX + k: v for k, v in result.meta.items()}
+        out["_meta"] = {OURS + k: v for k, v in result.meta.items()}
     return out
-
-
-def progress_token(params: dict[str, Any]) -> str | int | None:
-    """The client's ``params._meta.progressToken`` (None: it asked for no progress)."""
-    meta = params.get("_meta")
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
-    if isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool)):
-        return token
-    return None
 
 
 def _progress_relay(ctx: CallContext, params: dict[str, Any]) -> ProgressCallback | None:
@@ -132,7 +120,7 @@ def _progress_relay(ctx: CallContext, params: dict[str, Any]) -> ProgressCallbac
         progress = upstream.get("progress")
         if not isinstance(progress, int | float) or isinstance(progress, bool):
             return
-        out: dict[str, Any] = {"progressToken": token, "progress": progress}
+        out: dict[str, Any] = {PROGRESS_TOKEN_KEY: token, "progress": progress}
         total = upstream.get("total")
         if isinstance(total, int | float) and not isinstance(total, bool):
             out["total"] = total
@@ -251,7 +239,7 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.
-        if ctx.protocol_version in ("2024-11-05", "2025-03-26", "2025-06-18"):
+        if versions.validation_is_protocol_error(ctx.protocol_version):
             raise
         return tool_result(
             CallResult(
@@ -268,7 +256,9 @@ def _refuse_undeclared(ctx: CallContext, result: CallResult) -> CallResult:
     isError result that says so. Legacy eras have no such error code: the result stands."""
     required = result.meta.get("requiredCapabilities")
     declared = ctx.client_capabilities
-    if declared is None or result.meta.get("code") != -32021 or not isinstance(required, dict):
+    if declared is None or not isinstance(required, dict):
+        return result
+    if result.meta.get("code") != MissingClientCapability.rpc_code:
         return result
     missing = {k: v for k, v in required.items() if k not in declared}
     wanted, have = required.get("extensions"), declared.get("extensions")
@@ -337,7 +327,7 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
 def _stamp(result: dict[str, Any], kit: Toolkit | None) -> dict[str, Any]:
     """Every 2026-07-28 result says it is complete and who answered."""
     meta = dict(result.get("_meta") or {})
-    meta[modern.SERVER_INFO_KEY] = _identity(kit)[0]
+    meta[SERVER_INFO_KEY] = _identity(kit)[0]
     return {**result, "resultType": "complete", "_meta": meta}
 
 

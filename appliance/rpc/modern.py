@@ -1,10 +1,8 @@
-"""The 2026-07-28 (stateless) revision: which requests use it, and their envelope checks.
+"""The 2026-07-28 (stateless) revision: the envelope checks of one modern request.
 
-A request is *modern* when it carries the per-request ``_meta`` protocol version, or says
-so in ``MCP-Protocol-Version``; an ``initialize`` without that ``_meta`` key starts a legacy
-session (with it, it is a modern request for a removed method). A modern
-request stands alone: its version, client info and capabilities come with it, and who is
-calling comes from its credential, never from a protocol session.
+Which requests are modern is decided in ``rpc/session.py`` (``protocol/versions.is_modern``
+holds the rule). A modern request stands alone: its version, client info and capabilities
+come with it, and who is calling comes from its credential, never from a protocol session.
 
 On HTTP the routing headers (``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name``) must
 match the body, so that a load balancer routing on headers and this server executing the
@@ -18,19 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from appliance.errors import HeaderMismatch, InvalidParams, UnsupportedProtocolVersion
+from appliance.protocol import param_headers, versions
+from appliance.protocol.log_levels import LOG_LEVELS
+from appliance.protocol.meta import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROTOCOL_VERSION_KEY,
+)
+from appliance.protocol.routing import NAME_BEARING, ROUTING_HEADERS
 from appliance.rpc.jsonrpc import Message
-from appliance.upstream import param_headers
-from appliance.upstream.mcp_session import LOG_LEVEL_KEY, LOG_LEVELS
-
-MODERN_VERSION = "2026-07-28"
-MODERN_VERSIONS = (MODERN_VERSION,)
-PROTOCOL_VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
-CLIENT_INFO_KEY = "io.modelcontextprotocol/clientInfo"
-CLIENT_CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-ROUTING_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
-# Methods whose target is mirrored into Mcp-Name, and the body field it mirrors.
-NAME_BEARING = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
 
 
 @dataclass(frozen=True)
@@ -41,24 +36,12 @@ class Envelope:
     log_level: str | None = None  # the request's opt-in to notifications/message (None: none)
 
 
-def is_modern(msg: Message, version_header: str | None, legacy_versions: tuple[str, ...]) -> bool:
-    if PROTOCOL_VERSION_KEY in msg.meta:
-        # The key's prefix is reserved: a legacy initialize never carries it, so an
-        # initialize that does is a modern request for a removed method (404 -32601).
-        return True
-    if msg.method == "initialize":
-        return False
-    return version_header is not None and version_header not in legacy_versions and version_header >= "2026"
-
-
 def decode_header(value: str | None) -> str | None:
     """A header value with the spec's ``=?base64?…?=`` sentinel decoded (None if malformed)."""
     return None if value is None else param_headers.decode(value)
 
 
-def check_envelope(
-    msg: Message, headers: Mapping[str, list[str]] | None, supported: tuple[str, ...] = MODERN_VERSIONS
-) -> Envelope:
+def check_envelope(msg: Message, headers: Mapping[str, list[str]] | None) -> Envelope:
     """The request's envelope, or the first rule it breaks (checked in the spec's order).
 
     ``headers``: lower-case header names to every value received (``None`` off HTTP).
@@ -88,11 +71,11 @@ def check_envelope(
             raise HeaderMismatch(f"Mcp-Name header does not match params.{key}", field="mcp-name")
     if not isinstance(version, str):
         raise InvalidParams("the protocol version in params._meta must be a string", field="_meta")
-    if version not in MODERN_VERSIONS:
+    if version not in versions.MODERN_VERSIONS:
         raise UnsupportedProtocolVersion(
             "Unsupported protocol version",
             field="_meta",
-            data={"supported": list(supported), "requested": version},
+            data={"supported": list(versions.ALL_VERSIONS), "requested": version},
         )
     info = meta.get(CLIENT_INFO_KEY)
     capabilities = meta.get(CLIENT_CAPABILITIES_KEY)

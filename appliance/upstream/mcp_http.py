@@ -34,7 +34,9 @@ import httpx
 import orjson
 
 from appliance.errors import UpstreamError
-from appliance.upstream import param_headers
+from appliance.protocol import param_headers
+from appliance.protocol.meta import PROTOCOL_VERSION_KEY
+from appliance.protocol.routing import METHOD_HEADER, NAME_HEADER, SESSION_HEADER, VERSION_HEADER
 from appliance.upstream.mcp_session import McpSession, Refused, RequestId, SessionExpired
 from appliance.upstream.transport import Egress, HttpStream
 
@@ -189,21 +191,21 @@ class StreamableHttpTransport:
         out = {**self.headers, "Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
         params: dict[str, Any] = message.get("params") or {}
         meta: dict[str, Any] = params.get("_meta") or {}
-        version = meta.get("io.modelcontextprotocol/protocolVersion")
+        version = meta.get(PROTOCOL_VERSION_KEY)
         if isinstance(version, str):
             # Modern: the request metadata headers mirror the body (streamable-http.mdx).
-            out["MCP-Protocol-Version"] = version
-            out["Mcp-Method"] = str(message.get("method", ""))
+            out[VERSION_HEADER] = version
+            out[METHOD_HEADER] = str(message.get("method", ""))
             name = params.get("name", params.get("uri"))
             if isinstance(name, str):
-                out["Mcp-Name"] = param_headers.encode(name)
+                out[NAME_HEADER] = param_headers.encode(name)
             if self._session is not None and "id" in message:
                 out.update(self._session.headers_for(message["id"]))  # SEP-2243 Mcp-Param-*
             return out
         if self._legacy_version:
-            out["MCP-Protocol-Version"] = self._legacy_version
+            out[VERSION_HEADER] = self._legacy_version
         if self.session_id:
-            out["Mcp-Session-Id"] = self.session_id
+            out[SESSION_HEADER] = self.session_id
         return out
 
     async def send(self, message: dict[str, Any], *, timeout_s: float | None = None) -> None:
@@ -213,9 +215,9 @@ class StreamableHttpTransport:
         is_request = "method" in message and "id" in message
         origin: RequestId | None = message["id"] if is_request else None
         headers = self._headers(message)
-        legacy_request = "Mcp-Session-Id" in headers
+        legacy_request = SESSION_HEADER in headers
         # 2025 era only (no modern metadata header): a broken request stream may be resumed.
-        resumable = is_request and "Mcp-Method" not in headers
+        resumable = is_request and METHOD_HEADER not in headers
         content = orjson.dumps(message)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.egress.timeout_s if timeout_s is None else timeout_s)
@@ -312,9 +314,9 @@ class StreamableHttpTransport:
             await asyncio.sleep(retry_ms / 1000)
             headers = {**self.headers, "Accept": "text/event-stream", "Last-Event-ID": last_id}
             if self._legacy_version:
-                headers["MCP-Protocol-Version"] = self._legacy_version
+                headers[VERSION_HEADER] = self._legacy_version
             if self.session_id:
-                headers["Mcp-Session-Id"] = self.session_id
+                headers[SESSION_HEADER] = self.session_id
             decoder = SseDecoder(self.max_bytes, self.host, last_event_id=last_id, retry_ms=decoder.retry_ms)
             remaining = max(0.001, deadline - loop.time())
             async with self.egress.stream(
@@ -349,7 +351,7 @@ class StreamableHttpTransport:
         raise UpstreamError(text, reason="upstream_unavailable", data={"status": status})
 
     def _keep_session_id(self, answer: HttpStream) -> None:
-        value = answer.headers.get("mcp-session-id")
+        value = answer.headers.get(SESSION_HEADER.lower())
         if value is None:
             return
         if not _SESSION_ID.fullmatch(value):
@@ -360,9 +362,9 @@ class StreamableHttpTransport:
         session_id, self.session_id = self.session_id, None
         if not session_id:
             return
-        headers = {**self.headers, "Mcp-Session-Id": session_id}
+        headers = {**self.headers, SESSION_HEADER: session_id}
         if self._legacy_version:
-            headers["MCP-Protocol-Version"] = self._legacy_version
+            headers[VERSION_HEADER] = self._legacy_version
         try:
             await self.egress.send("DELETE", self.target, headers=headers, timeout_s=_CLOSE_S)
         except UpstreamError as exc:  # the server may be gone already; the session is over

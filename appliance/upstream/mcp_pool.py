@@ -19,10 +19,11 @@ from typing import Any
 import orjson
 
 from appliance.errors import InvalidParams, UpstreamError
+from appliance.protocol.relays import LogRelay, ProgressCallback
 from appliance.upstream.auth import UpstreamAuth
 from appliance.upstream.mcp_http import connect_http, connect_sse
 from appliance.upstream.mcp_listen import listen_task, wants_listen
-from appliance.upstream.mcp_session import LogRelay, McpSession, ProgressCallback
+from appliance.upstream.mcp_session import McpSession
 from appliance.upstream.mcp_stdio import StdioTransport
 from appliance.upstream.processes import ProcessRegistry, StdioProcess, StdioSpec
 from appliance.upstream.transport import Egress

@@ -28,43 +28,36 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias
 
-from appliance.errors import UpstreamError
-from appliance.upstream import param_headers
+from appliance.errors import (
+    HeaderMismatch,
+    MethodNotFound,
+    MissingClientCapability,
+    UnsupportedProtocolVersion,
+    UpstreamError,
+)
+from appliance.protocol import param_headers
+from appliance.protocol.log_levels import log_rank
+from appliance.protocol.meta import (
+    CLIENT_CAPABILITIES_KEY,
+    CLIENT_INFO_KEY,
+    LOG_LEVEL_KEY,
+    PROGRESS_TOKEN_KEY,
+    PROTOCOL_VERSION_KEY,
+    SERVER_INFO_KEY,
+)
+from appliance.protocol.relays import LogRelay, ProgressCallback
+from appliance.protocol.versions import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION
 
 log = logging.getLogger(__name__)
 
 RequestId: TypeAlias = int | str
-ProgressCallback: TypeAlias = Callable[[dict[str, Any]], Awaitable[None] | None]
 ChangeCallback: TypeAlias = Callable[[], Awaitable[None] | None]
-# RFC 5424 severities, least severe first (logging.mdx "Log Levels").
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
-
-
-def log_rank(level: Any) -> int:
-    """A level's severity (-1: not a level)."""
-    return LOG_LEVELS.index(level) if isinstance(level, str) and level in LOG_LEVELS else -1
-
-
-@dataclass(frozen=True)
-class LogRelay:
-    """Where an upstream's ``notifications/message`` for one call go, and the least severe
-    level wanted (a 2026-07-28 upstream is asked for exactly that level in ``_meta``)."""
-
-    level: str
-    deliver: Callable[[dict[str, Any]], Awaitable[None] | None]
-
-
-MODERN_VERSION = "2026-07-28"
-LEGACY_VERSION = "2025-11-25"
-LEGACY_VERSIONS = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"})
+# JSON-RPC codes read in upstream answers: the same numbers the gateway's own errors carry.
+UNSUPPORTED_VERSION = UnsupportedProtocolVersion.rpc_code
+METHOD_NOT_FOUND = MethodNotFound.rpc_code
+MISSING_CAPABILITY = MissingClientCapability.rpc_code
 # Codes that only a modern server sends: they mean "do not fall back to initialize".
-UNSUPPORTED_VERSION = -32022
-METHOD_NOT_FOUND = -32601
-MISSING_CAPABILITY = -32021  # MissingRequiredClientCapability (2026-07-28)
-MODERN_ONLY_ERRORS = frozenset(
-    {-32020, MISSING_CAPABILITY}
-)  # HeaderMismatch, MissingRequiredClientCapability
+MODERN_ONLY_ERRORS = frozenset({HeaderMismatch.rpc_code, MISSING_CAPABILITY})
 DEFAULT_CLIENT_INFO = {"name": "toolspoke", "version": "0.1"}
 MAX_TOOL_PAGES = 100  # a server that pages forever is broken, not big
 _MAX_MESSAGE_TEXT = 500  # upstream error text we pass on, at most
@@ -365,7 +358,7 @@ class McpSession:
             # us attribute them when several calls run (_relay_log).
             pending.progress_token = f"p{request_id}"
             pending.on_progress = on_progress
-            meta["progressToken"] = pending.progress_token
+            meta[PROGRESS_TOKEN_KEY] = pending.progress_token
         if on_log is not None:
             pending.on_log = on_log
             if self._modern:  # 2026-07-28: no level in _meta, no log messages at all
@@ -410,9 +403,9 @@ class McpSession:
 
     def _modern_meta(self) -> dict[str, Any]:
         return {
-            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-            "io.modelcontextprotocol/clientInfo": self.client_info,
-            "io.modelcontextprotocol/clientCapabilities": {},
+            PROTOCOL_VERSION_KEY: MODERN_VERSION,
+            CLIENT_INFO_KEY: self.client_info,
+            CLIENT_CAPABILITIES_KEY: {},
         }
 
     def _abandon(self, request_id: RequestId, reason: str) -> None:
@@ -478,15 +471,13 @@ class McpSession:
         self._modern = True
         self._version = MODERN_VERSION
         meta = result.get("_meta")
-        info = (meta if isinstance(meta, dict) else {}).get(
-            "io.modelcontextprotocol/serverInfo"
-        ) or result.get("serverInfo")
+        info = (meta if isinstance(meta, dict) else {}).get(SERVER_INFO_KEY) or result.get("serverInfo")
         self._adopt(info, result.get("capabilities"), result.get("instructions"))
         self.transport.negotiated(MODERN_VERSION, modern=True)
         return True
 
     async def _initialize(self, timeout_s: float) -> None:
-        params = {"protocolVersion": LEGACY_VERSION, "capabilities": {}, "clientInfo": self.client_info}
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": {}, "clientInfo": self.client_info}
         self._modern = False
         result = await self.request("initialize", params, timeout_s=timeout_s)
         version = result["protocolVersion"]
@@ -607,7 +598,7 @@ class McpSession:
             log.debug("ignored a malformed notification from the upstream")
             return
         if method == "notifications/progress" and params:
-            token = params.get("progressToken")
+            token = params.get(PROGRESS_TOKEN_KEY)
             for pending in self._pending.values():
                 if pending.progress_token is not None and pending.progress_token == token:
                     if pending.on_progress is not None and not pending.future.done():
@@ -627,7 +618,7 @@ class McpSession:
             pending = self._pending.get(origin)
         else:
             meta = params.get("_meta")
-            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            token = meta.get(PROGRESS_TOKEN_KEY) if isinstance(meta, dict) else None
             calls = [p for p in self._pending.values() if p.method == "tools/call" and not p.future.done()]
             tagged = [p for p in calls if token is not None and p.progress_token == token]
             pending = tagged[0] if tagged else calls[0] if len(calls) == 1 and token is None else None

@@ -17,7 +17,7 @@ from appliance.config import Settings
 from appliance.errors import ApplianceError
 from appliance.gateway import idempotency, imports
 from appliance.gateway.runtime import Runtime
-from appliance.rpc.sessions import SessionStore
+from appliance.rpc.session import SessionStore
 from appliance.web import (
     admin,
     admin_access,

@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 
 from sanic import Request
 
-from appliance.access import keys
 from appliance.config import Settings
 from appliance.errors import Forbidden, MisdirectedRequest, Unauthorized
+from appliance.gateway import auth
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
 
@@ -81,7 +81,7 @@ async def authenticate(request: Request, rt: Runtime) -> Principal:
     token = bearer_token(request)
     if token is None:
         raise Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
-    return await keys.authenticate_cached(rt.db, token)
+    return await auth.authenticate(rt, token)
 
 
 async def require_admin(request: Request, rt: Runtime) -> Principal:

@@ -28,32 +28,15 @@ from appliance.errors import (
 )
 from appliance.gateway import direct
 from appliance.models import ANONYMOUS, Principal, Toolkit
-from appliance.rpc import jsonrpc, mcp, modern
-from appliance.rpc.sessions import SessionStore
-from appliance.upstream import param_headers
+from appliance.protocol import param_headers, versions
+from appliance.protocol.routing import ROUTING_HEADERS, SESSION_HEADER, VERSION_HEADER
+from appliance.rpc import jsonrpc, mcp
+from appliance.rpc.session import Session, SessionStore, is_modern, modern_context
+from appliance.web import mcp_replies as replies
 from appliance.web.guards import authenticate, bearer_token, check_host, check_origin
+from appliance.web.mcp_replies import rpc_error
 
 bp = Blueprint("mcp")
-SESSION_HEADER = "mcp-session-id"
-VERSION_HEADER = "mcp-protocol-version"
-
-
-def _json(payload: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> HTTPResponse:
-    return response.raw(
-        jsonrpc.encode(payload), status=status, headers=headers, content_type="application/json"
-    )
-
-
-def rpc_error(exc: ApplianceError, msg_id: Any = None, status: int | None = None) -> HTTPResponse:
-    headers = {}
-    if isinstance(exc, Unauthorized):
-        headers["WWW-Authenticate"] = 'Bearer realm="toolspoke", error="invalid_token"'
-    return _json(jsonrpc.error(msg_id, exc), status or exc.http_status, headers)
-
-
-def _wants_sse(request: Request) -> bool:
-    accept = request.headers.get("accept", "")
-    return "text/event-stream" in accept and "application/json" not in accept and "*/*" not in accept
 
 
 def _accept_ok(request: Request) -> bool:
@@ -63,154 +46,36 @@ def _accept_ok(request: Request) -> bool:
     return any(t in accept for t in ("application/json", "text/event-stream", "*/*", "application/*"))
 
 
-def _reply(
-    request: Request, payload: dict[str, Any], headers: dict[str, str], status: int = 200
-) -> HTTPResponse:
-    if _wants_sse(request) and status == 200:
-        body = b"event: message\ndata: " + jsonrpc.encode(payload) + b"\n\n"
-        return response.raw(
-            body,
-            headers={**headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-            content_type="text/event-stream",
-        )
-    return _json(payload, status, headers)
-
-
-def _event(payload: dict[str, Any]) -> bytes:
-    return b"event: message\ndata: " + jsonrpc.encode(payload) + b"\n\n"
-
-
-class _ProgressStream:
-    """Relays notifications (progress, logs) during one request as SSE events, ahead of its
-    response.
-
-    The stream opens lazily, on the first notification: a call that reports nothing is
-    answered exactly as before. Once open, the response goes as the last event whatever its
-    size. Note: SDK 2.x clients reject SSE events over 1 MiB, so a very large result on a
-    call that streamed progress may not reach such a client; the plain JSON answer (no
-    progressToken) has no such limit.
-    """
-
-    def __init__(self, request: Request, headers: dict[str, str]) -> None:
-        self._request = request
-        self._headers = headers
-        self._lock = asyncio.Lock()
-        self._resp: HTTPResponse | None = None
-        self._done = False
-
-    async def notify(self, message: dict[str, Any]) -> None:
-        async with self._lock:
-            if self._done:
-                return  # progress after the response is of no use to anyone
-            if self._resp is None:
-                self._resp = await self._request.respond(
-                    headers={**self._headers, "Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-                    content_type="text/event-stream",
-                )
-            await self._resp.send(_event(message))
-
-    async def abandon(self) -> bool:
-        """End an open stream without a response; False when none was opened."""
-        async with self._lock:
-            self._done = True
-            if self._resp is None:
-                return False
-            await self._resp.eof()
-            return True
-
-    async def finish(self, payload: dict[str, Any], status: int = 200) -> HTTPResponse | None:
-        """The handler's return value: a plain reply if nothing was streamed, else None."""
-        async with self._lock:
-            self._done = True
-            if self._resp is None:
-                return _reply(self._request, payload, self._headers, status)
-            await self._resp.send(_event(payload))
-            await self._resp.eof()
-            return None
-
-
-def _progress_stream(
-    request: Request, ctx: mcp.CallContext, msg: jsonrpc.Message, headers: dict[str, str]
-) -> _ProgressStream | None:
-    """A stream for this call's relayed progress and logs, when it may get some and takes SSE."""
-    if msg.kind != "request" or msg.method != "tools/call":
-        return None
-    if mcp.progress_token(msg.params) is None and ctx.log_level is None:
-        return None
-    if "text/event-stream" not in request.headers.get("accept", ""):
-        return None
-    return _ProgressStream(request, headers)
-
-
 async def _answer(
     request: Request,
     ctx: mcp.CallContext,
     msg: jsonrpc.Message,
     headers: dict[str, str],
     modern_era: bool,
-    in_flight: dict[Any, asyncio.Task[Any]] | None = None,
+    session: Session | None = None,
 ) -> HTTPResponse | None:
-    """Run one request; ``in_flight`` (a legacy session's) lets notifications/cancelled stop it.
+    """Run one request; in a legacy ``session``, as a call notifications/cancelled can stop.
 
     2026-07-28 has no cancel notification on HTTP: the client closes the connection, and
     Sanic cancels this handler, which cancels the work it awaits, down to the upstream.
     """
-    stream = _progress_stream(request, ctx, msg, headers)
+    stream = replies.progress_stream(request, ctx, msg, headers)
     if stream is not None:
         ctx.notify = stream.notify
-    tracked = in_flight is not None and type(msg.id) in (str, int) and msg.id not in in_flight
-    if not tracked:  # nothing can cancel it but the connection: no task of its own needed
+    if session is None or session.running(msg.id):
+        # Nothing can cancel it but the connection: no task of its own needed.
         reply = await mcp.respond(request.app.ctx.rt, ctx, msg)
-        return await _send(request, stream, reply, headers, modern_era)
+        return await replies.send(request, stream, reply, headers, modern_era)
     work = asyncio.ensure_future(mcp.respond(request.app.ctx.rt, ctx, msg))
-    if in_flight is not None:
-        in_flight[msg.id] = work
+    session.track(msg.id, work)
     try:
         reply = await work
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if current is not None and current.cancelling():
             raise  # the client went away: nothing to answer
-        return await _unanswered(request, stream, headers)
-    finally:
-        if in_flight is not None and in_flight.get(msg.id) is work:
-            del in_flight[msg.id]
-    return await _send(request, stream, reply, headers, modern_era)
-
-
-async def _send(
-    request: Request,
-    stream: _ProgressStream | None,
-    reply: dict[str, Any],
-    headers: dict[str, str],
-    modern_era: bool,
-) -> HTTPResponse | None:
-    status = 200
-    if modern_era and "error" in reply:
-        status = _MODERN_STATUS.get(reply["error"]["code"], 200)
-    if stream is not None:
-        return await stream.finish(reply, status)
-    return _reply(request, reply, headers, status)
-
-
-async def _unanswered(
-    request: Request, stream: _ProgressStream | None, headers: dict[str, str]
-) -> HTTPResponse | None:
-    """A request the client cancelled gets no JSON-RPC response (cancellation: "SHOULD NOT
-    send a response"); its POST still needs an HTTP answer, so an event stream that ends
-    without one (or, to a client that takes no SSE, an empty 202)."""
-    if stream is not None and await stream.abandon():
-        return None
-    if "text/event-stream" in request.headers.get("accept", ""):
-        return response.raw(
-            b"", headers={**headers, "Cache-Control": "no-store"}, content_type="text/event-stream"
-        )
-    return response.empty(status=202, headers=headers)
-
-
-# 2026-07-28: the HTTP status follows the JSON-RPC error code, so that intermediaries and
-# dual-era clients can tell a modern refusal from a legacy server's plain 400/404.
-_MODERN_STATUS = {-32700: 400, -32600: 400, -32602: 400, -32020: 400, -32021: 400, -32022: 400, -32601: 404}
+        return await replies.unanswered(request, stream, headers)
+    return await replies.send(request, stream, reply, headers, modern_era)
 
 
 async def _serve_modern(
@@ -219,23 +84,15 @@ async def _serve_modern(
     """One stateless request: no session is read, minted or echoed."""
     if msg.kind != "request":
         return response.empty(status=202)
-    routing = {name: request.headers.getall(name, []) for name in modern.ROUTING_HEADERS}
+    routing = {name: request.headers.getall(name, []) for name in ROUTING_HEADERS}
     try:
-        envelope = modern.check_envelope(msg, routing, mcp.ALL_VERSIONS)
+        ctx = modern_context(principal, msg, headers=routing, toolkit=kit)
     except ApplianceError as exc:
         return rpc_error(exc, msg.id, status=400)
     # A message refused for its nesting reaches the dispatcher's refusal untouched.
     problem = None if msg.refusal else await _param_header_problem(request, principal, msg, kit)
     if problem is not None:
         return rpc_error(HeaderMismatch(problem, field="mcp-param"), msg.id, status=400)
-    ctx = mcp.CallContext(
-        principal,
-        envelope.protocol_version,
-        modern=True,
-        toolkit=kit,
-        log_level=envelope.log_level,
-        client_capabilities=envelope.client_capabilities,
-    )
     return await _answer(request, ctx, msg, {}, modern_era=True)
 
 
@@ -359,64 +216,63 @@ async def _post_once(request: Request, slug: str | None, project: str | None) ->
             Unauthorized(f"{msg.method} needs an API key: send 'Authorization: Bearer <key>'"), msg.id
         )
 
-    if modern.is_modern(msg, request.headers.get(VERSION_HEADER), mcp.SUPPORTED_VERSIONS):
+    if is_modern(msg, request.headers.get(VERSION_HEADER)):
         return await _serve_modern(request, principal, msg, kit)
+    return await _serve_legacy(request, principal, msg, kit, scope)
+
+
+async def _serve_legacy(
+    request: Request, principal: Principal, msg: jsonrpc.Message, kit: Toolkit | None, scope: str
+) -> HTTPResponse | None:
+    """A request of a 2025-era session: ``initialize`` opens one, every later message names
+    it in ``Mcp-Session-Id``."""
     rt = request.app.ctx.rt
     sessions = _sessions(request)
     headers: dict[str, str] = {}
     if msg.method == "initialize" and msg.kind == "request":
-        reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST, toolkit=kit), msg)
-        if "result" in reply:
-            client = msg.params.get("clientInfo")
-            opened = sessions.create(
-                principal.key_prefix,
-                reply["result"]["protocolVersion"],
-                client if isinstance(client, dict) else {},
-                scope,
-            )
-            headers["Mcp-Session-Id"] = opened.id
-        return _reply(request, reply, headers)
+        opening = Session(principal.key_prefix, scope)
+        reply = await opening.initialize(rt, principal, msg, kit)
+        if opening.protocol_version is not None:
+            headers[SESSION_HEADER] = sessions.add(opening).id
+        return replies.one_reply(request, reply, headers)
 
     session_id = request.headers.get(SESSION_HEADER)
     if session_id is None:
         if msg.kind == "request" and msg.method == "server/discover":
             # A discover without the modern envelope: answer it for what it is asking.
-            return _json(jsonrpc.result(msg.id, {**mcp.discover_result(kit), "resultType": "complete"}))
+            return replies.json_reply(
+                jsonrpc.result(msg.id, {**mcp.discover_result(kit), "resultType": "complete"})
+            )
         if msg.kind == "request" and msg.method == "ping":
-            return _reply(request, jsonrpc.result(msg.id, {}), headers)
+            return replies.one_reply(request, jsonrpc.result(msg.id, {}), headers)
         return rpc_error(
             InvalidRequest("missing Mcp-Session-Id header: send initialize first", field="mcp-session-id"),
             msg.id,
             status=400,
         )
-    live = sessions.get(session_id, principal.key_prefix, scope)
-    if live is None:
+    session = sessions.get(session_id, principal.key_prefix, scope)
+    if session is None:
         return rpc_error(
             InvalidRequest("session not found or expired: initialize again", field="mcp-session-id"),
             msg.id,
             status=404,
         )
-    session = live
     version = request.headers.get(VERSION_HEADER)
-    if version is not None and version not in mcp.SUPPORTED_VERSIONS:
+    if version is not None and version not in versions.LEGACY_VERSIONS:
         return rpc_error(
             InvalidRequest(
                 f"unsupported MCP-Protocol-Version {version!r}",
                 field="mcp-protocol-version",
-                data={"supported": list(mcp.SUPPORTED_VERSIONS)},
+                data={"supported": list(versions.LEGACY_VERSIONS)},
             ),
             msg.id,
             status=400,
         )
     if msg.kind != "request":
-        if msg.method == "notifications/initialized":
-            session.initialized = True
-        elif msg.method == "notifications/cancelled":
-            session.cancel(msg.params.get("requestId"))
+        session.notice(msg)
         return response.empty(status=202)
-    ctx = mcp.CallContext(principal, session.protocol_version, toolkit=kit, log_level=session.log_level)
-    ctx.set_log_level = session.set_log_level
-    return await _answer(request, ctx, msg, headers, modern_era=False, in_flight=session.in_flight)
+    ctx = session.context(principal, kit)
+    return await _answer(request, ctx, msg, headers, modern_era=False, session=session)
 
 
 @bp.get("/mcp")

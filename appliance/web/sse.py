@@ -7,8 +7,8 @@ message, is answered 202 at once, and its response travels back as a ``message``
 
 The stream *is* the session: it lives exactly as long as the connection, so there is no
 expiry to manage and nothing survives a disconnect. Like every face, this one only frames:
-each message goes to ``rpc.mcp.respond`` with a ``CallContext`` built from the POST's own
-key, which must be the key that opened the stream (anything else looks like no session).
+each message goes to the stream's ``rpc.session.Session`` with the principal of the POST's
+own key, which must be the key that opened the stream (anything else looks like no session).
 Only the handshake era is spoken here; the 2026-07-28 revision defines no SSE transport.
 """
 
@@ -29,8 +29,9 @@ from appliance.gateway import direct
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Toolkit
 from appliance.rpc import jsonrpc, mcp
+from appliance.rpc.session import Session
 from appliance.web.mcp import preflight
-from appliance.web.mcp import rpc_error as error_response
+from appliance.web.mcp_replies import rpc_error as error_response
 
 bp = Blueprint("sse")
 OUTBOX_SIZE = 16  # events waiting for a slow reader; their producers wait beyond this
@@ -63,72 +64,51 @@ class TooLarge(ApplianceError):
 
 @dataclass(eq=False)
 class Stream:
+    """One open ``GET /sse``: the session it is, and the events waiting for its reader."""
+
     id: str
     key_prefix: str
     slug: str | None
     project: str | None
     outbox: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(OUTBOX_SIZE))
-    protocol_version: str | None = None  # set by initialize
-    log_level: str = "debug"  # the least severe relayed log message, until logging/setLevel
-    tasks: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
     closing: bool = False
+    session: Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.session = Session(self.key_prefix, id=self.id, speaks_modern=False)
+
+    @property
+    def tasks(self) -> dict[Any, asyncio.Future[Any]]:
+        """The requests still running on this stream, by id."""
+        return self.session.in_flight
 
     async def receive(
         self, rt: Runtime, principal: Principal, kit: Toolkit | None, msg: jsonrpc.Message
     ) -> None:
         if msg.kind == "notification":
-            target = msg.params.get("requestId")
-            # Only a valid id can name a request (a dict would not even be hashable).
-            if msg.method == "notifications/cancelled" and type(target) in (str, int):
-                task = self.tasks.get(target)
-                if task is not None:
-                    task.cancel()  # no reply follows, as the cancellation spec says
+            self.session.notice(msg)
             return
         if msg.kind != "request":
             return  # the gateway sends clients no requests, so their responses mean nothing
         if msg.method == "initialize":
             # Answered before the 202 so that a client pipelining its next request behind
             # the handshake finds the version already negotiated.
-            reply = await mcp.respond(rt, mcp.CallContext(principal, mcp.LATEST, toolkit=kit), msg)
-            if "result" in reply:
-                self.protocol_version = reply["result"]["protocolVersion"]
+            reply = await self.session.answer(rt, principal, msg, toolkit=kit)
             await self.outbox.put(_event(reply, msg))
             return
-        if msg.id in self.tasks:
+        if self.session.running(msg.id):
             # Ids are unique per session; a second task under one id could not be cancelled.
             raise InvalidRequest("a request with this id is still running on this stream", field="id")
-        if len(self.tasks) >= MAX_IN_FLIGHT:
+        if len(self.session.in_flight) >= MAX_IN_FLIGHT:
             raise TooManyInFlight(f"at most {MAX_IN_FLIGHT} requests may run at once on a stream")
-        task = asyncio.create_task(self._answer(rt, principal, kit, msg))
-        request_id = msg.id
-        self.tasks[request_id] = task
-
-        def forget(done: asyncio.Task[None]) -> None:
-            if self.tasks.get(request_id) is done:
-                del self.tasks[request_id]
-
-        task.add_done_callback(forget)
+        self.session.track(msg.id, asyncio.create_task(self._answer(rt, principal, kit, msg)))
 
     async def _answer(
         self, rt: Runtime, principal: Principal, kit: Toolkit | None, msg: jsonrpc.Message
     ) -> None:
-        if self.protocol_version is None and msg.method != "ping":
-            # SDK 2.x clients probe server/discover first; any error sends them to initialize.
-            exc = InvalidRequest(
-                "send initialize first: this transport speaks the handshake era", field="method"
-            )
-            reply = jsonrpc.error(msg.id, exc)
-        else:
-            ctx = mcp.CallContext(
-                principal, self.protocol_version or mcp.LATEST, toolkit=kit, log_level=self.log_level
-            )
-            ctx.notify = self.notify  # relayed progress and logs go ahead of the reply
-            ctx.set_log_level = self.set_log_level
-            reply = await mcp.respond(rt, ctx, msg)
+        # Relayed progress and logs go ahead of the reply.
+        reply = await self.session.answer(rt, principal, msg, toolkit=kit, notify=self.notify)
         await self.outbox.put(_event(reply, msg))
-
-    def set_log_level(self, level: str) -> None:
-        self.log_level = level
 
     async def notify(self, message: dict[str, Any]) -> None:
         data = jsonrpc.encode(message)
@@ -137,8 +117,7 @@ class Stream:
 
     def close(self) -> None:
         self.closing = True
-        for task in list(self.tasks.values()):
-            task.cancel()
+        self.session.cancel_all()
         # Wakes a writer waiting for events; a full outbox means it is not waiting.
         with contextlib.suppress(asyncio.QueueFull):
             self.outbox.put_nowait(None)
@@ -212,7 +191,7 @@ class Hub:
         """
         self.stopping = True  # no new requests: find() knows no stream any more
         streams = list(self.streams.values())
-        tasks = [task for stream in streams for task in stream.tasks.values()]
+        tasks = [task for stream in streams for task in stream.session.in_flight.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
         for stream in streams:

@@ -16,11 +16,12 @@ import logging
 import sys
 from typing import Any, BinaryIO
 
-from appliance.access import keys
 from appliance.errors import ApplianceError, InvalidRequest
+from appliance.gateway import auth
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
-from appliance.rpc import jsonrpc, mcp, modern
+from appliance.rpc import jsonrpc
+from appliance.rpc.session import Session, is_modern
 from appliance.web import stdio_lines
 
 log = logging.getLogger(__name__)
@@ -28,24 +29,17 @@ MAX_LINE = 4 * 1024 * 1024  # bytes of one message, its newline not counted
 
 
 class StdioFace:
-    def __init__(self, rt: Runtime, key: str, out: BinaryIO) -> None:
+    """One stdio process: its lines in and out, and the one session the process is."""
+
+    def __init__(self, rt: Runtime, key: str, key_prefix: str, out: BinaryIO) -> None:
         self.rt = rt
         self.key = key
         self.out = out
-        self.legacy_version: str | None = None
-        self.log_level = "debug"  # legacy era: the least severe relayed log, until logging/setLevel
-        self._tasks: dict[Any, asyncio.Task[None]] = {}
+        self.session = Session(key_prefix)
         self._write_lock = asyncio.Lock()
-        # The legacy initialize being answered: requests that arrive before its answer wait
-        # for it rather than being refused (stdio is ordered, and clients do pipeline).
-        self._initializing: asyncio.Task[None] | None = None
 
     async def principal(self) -> Principal:
-        async with self.rt.db.read() as conn:
-            return await keys.authenticate(conn, self.key)
-
-    def set_log_level(self, level: str) -> None:
-        self.log_level = level
+        return await auth.authenticate(self.rt, self.key, fresh=True)
 
     async def write(self, payload: dict[str, Any]) -> None:
         async with self._write_lock:
@@ -59,24 +53,15 @@ class StdioFace:
             await self.write(jsonrpc.error(exc.data.get("id"), exc))
             return
         if msg.kind == "notification":
-            request_id = msg.params.get("requestId")
-            if msg.method == "notifications/cancelled" and isinstance(request_id, str | int):
-                task = self._tasks.get(request_id)
-                if task is not None:
-                    task.cancel()
+            self.session.notice(msg)
             return
         if msg.kind != "request":
             return  # responses: we send the client no requests
         task = asyncio.create_task(self._answer(msg))
-        request_id = msg.id
-        self._tasks[request_id] = task
-        if msg.method == "initialize" and self.legacy_version is None:
-            self._initializing = task
-
-        def forget(_: asyncio.Task[None]) -> None:
-            self._tasks.pop(request_id, None)
-
-        task.add_done_callback(forget)
+        self.session.track(msg.id, task)
+        if msg.method == "initialize" and not is_modern(msg):
+            # stdio is ordered and clients do pipeline: what follows waits for this answer.
+            self.session.handshake_running(task)
 
     async def _answer(self, msg: jsonrpc.Message) -> None:
         try:
@@ -87,48 +72,22 @@ class StdioFace:
 
     async def _reply(self, msg: jsonrpc.Message) -> dict[str, Any]:
         try:
-            principal = await self.principal()
-            if modern.is_modern(msg, None, mcp.SUPPORTED_VERSIONS):
-                envelope = modern.check_envelope(msg, None, mcp.ALL_VERSIONS)
-                ctx = mcp.CallContext(
-                    principal,
-                    envelope.protocol_version,
-                    modern=True,
-                    notify=self.write,
-                    log_level=envelope.log_level,
-                    client_capabilities=envelope.client_capabilities,
-                )
-                return await mcp.respond(self.rt, ctx, msg)
-            if msg.method == "initialize":
-                reply = await mcp.respond(self.rt, mcp.CallContext(principal, mcp.LATEST), msg)
-                if "result" in reply:
-                    self.legacy_version = reply["result"]["protocolVersion"]
-                return reply
-            pending = self._initializing
-            if self.legacy_version is None and pending is not None and not pending.done():
-                await asyncio.wait({pending})  # never raises, whatever became of it
-            if self.legacy_version is None and msg.method not in ("ping", "server/discover"):
-                raise InvalidRequest("send initialize (or a 2026-07-28 request) first", field="method")
-            ctx = mcp.CallContext(
-                principal, self.legacy_version or mcp.LATEST, notify=self.write, log_level=self.log_level
-            )
-            ctx.set_log_level = self.set_log_level
-            return await mcp.respond(self.rt, ctx, msg)
+            principal = await self.principal()  # every request, as on HTTP: revocation counts
         except ApplianceError as exc:
             return jsonrpc.error(msg.id, exc)
+        return await self.session.answer(self.rt, principal, msg, notify=self.write)
 
     async def drain(self) -> None:
-        tasks = list(self._tasks.values())
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.session.drain()
 
 
 async def serve_stdio(
     rt: Runtime, key: str, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None
 ) -> None:
     """Serve until stdin closes; in-flight calls finish before the process exits."""
-    face = StdioFace(rt, key, stdout or sys.stdout.buffer)
-    await face.principal()  # a bad key fails at start, before the client sends anything
+    # A bad key fails at start, before the client sends anything.
+    principal = await auth.authenticate(rt, key, fresh=True)
+    face = StdioFace(rt, key, principal.key_prefix, stdout or sys.stdout.buffer)
     async with contextlib.aclosing(stdio_lines.chunks(stdin or sys.stdin.buffer)) as source:
         async for line in stdio_lines.lines(source, MAX_LINE):
             if isinstance(line, stdio_lines.TooLong):

@@ -23,10 +23,11 @@ from appliance.catalogue import naming, openapi, openapi_operation
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway import credentials, patterns
 from appliance.gateway.validation import validate_arguments
+from appliance.protocol import param_headers
 from appliance.rpc import jsonrpc
 from appliance.search import text
 from appliance.secret import Redactor
-from appliance.upstream import guard, http1, mcp_http, oauth, openapi_call, param_headers, stdio_spec
+from appliance.upstream import guard, http1, mcp_http, oauth, openapi_call, stdio_spec
 
 RATIO = 8.0
 APPLIANCE = Path(__file__).resolve().parents[2] / "appliance"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from appliance.errors import UpstreamError
+from appliance.protocol.param_headers import encode as _header_value
 from appliance.upstream.guard import EgressPolicy
 from appliance.upstream.mcp_http import SseDecoder, SseEvent
-from appliance.upstream.param_headers import encode as _header_value
 from appliance.upstream.transport import Egress
 from tests.unit.upstream_server import RecordingServer, serving
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from appliance.upstream.param_headers import InvalidAnnotation, annotated_params, headers_for, mismatch
+from appliance.protocol.param_headers import InvalidAnnotation, annotated_params, headers_for, mismatch
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -106,7 +106,7 @@ def test_a_server_refuses_headers_that_disagree_naming_the_header(
 
 
 def test_the_call_path_walk_is_remembered_per_schema_object_and_stays_right() -> None:
-    from appliance.upstream import param_headers
+    from appliance.protocol import param_headers
 
     first = {"type": "object", "properties": {"r": {"type": "string", "x-mcp-header": "R"}}}
     assert headers_for(first, {"r": "eu"}) == {"Mcp-Param-R": "eu"}

@@ -1,0 +1,24 @@
+"""Who is calling: the principal behind an API key, for every face.
+
+The faces (``web/``: HTTP, legacy SSE, stdio) never read the access room themselves; they
+hand the key they were given to this one function.
+"""
+
+from __future__ import annotations
+
+from appliance.access import keys
+from appliance.gateway.runtime import Runtime
+from appliance.models import Principal
+
+
+async def authenticate(rt: Runtime, key: str, *, fresh: bool = False) -> Principal:
+    """The principal behind ``key``, or ``Unauthorized`` (one text for every failure).
+
+    Remembered until the database changes (``Database.memo``), so a revocation counts from
+    the next request; ``fresh`` reads the key's row every time (``toolspoke stdio``, one
+    caller per process, always has).
+    """
+    if fresh:
+        async with rt.db.read() as conn:
+            return await keys.authenticate(conn, key)
+    return await keys.authenticate_cached(rt.db, key)
