@@ -181,3 +181,25 @@ def test_a_flag_shows_the_help_text_of_its_setting() -> None:
     shown = " ".join(CliRunner().invoke(main, ["serve", "--help"]).output.split())
     for name in ("host", "port", "data_dir"):
         assert " ".join(config.flag_help(name).split()) in shown, name
+
+
+def test_every_default_passes_its_own_parser_and_has_the_declared_type() -> None:
+    kinds = {"str": str, "int": int, "float": float, "bool": bool, "tuple[str, ...]": tuple}
+    typed = {f.name: str(f.type) for f in dataclasses.fields(config.Settings)}
+    for s in config.SETTINGS:
+        if s.default is None:
+            assert typed[s.name].endswith("| None") or s.name == "data_dir", s.name
+            continue
+        assert isinstance(s.default, kinds[typed[s.name]]), s.name
+        as_env = ",".join(s.default) if isinstance(s.default, tuple) else str(s.default)
+        assert s.parse(as_env) == s.default, f"{s.name}: its default fails its own parser"
+
+
+def test_settings_cannot_be_built_with_a_setting_left_out(tmp_path: Path) -> None:
+    values = {
+        f.name: getattr(config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path)}), f.name)
+        for f in dataclasses.fields(config.Settings)
+    }
+    del values["port"]
+    with pytest.raises(TypeError, match="port"):
+        config.Settings(**values)
