@@ -657,7 +657,8 @@ def with_table(document: str) -> str:
     start, end = document.find(TABLE_START), document.find(TABLE_END)
     if start < 0 or end < start:
         raise ValueError(f"the document lacks the markers {TABLE_START!r} … {TABLE_END!r}")
-    return f"{document[: start + len(TABLE_START)]}\n{markdown_table()}{document[end:]}"
+    # blank lines around the table: a comment line next to it would end or start it early
+    return f"{document[: start + len(TABLE_START)]}\n\n{markdown_table()}\n{document[end:]}"
 
 
 def _main(argv: list[str]) -> int:

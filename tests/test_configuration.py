@@ -119,7 +119,7 @@ def test_update_rewrites_only_the_table_of_a_stale_document(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert (
         stale.read_text()
-        == f"{before}{config.TABLE_START}\n{config.markdown_table()}{config.TABLE_END}{after}"
+        == f"{before}{config.TABLE_START}\n\n{config.markdown_table()}\n{config.TABLE_END}{after}"
     )
 
 
