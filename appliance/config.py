@@ -1,17 +1,25 @@
-"""Settings: one declared table; defaults < toml file < environment < CLI flags.
+"""Settings, each declared once: defaults < toml file < environment < CLI flags.
+
+A setting is one field of ``Settings``: its name is the TOML key, its annotation the type,
+and ``_setting`` gives the environment variable, the default, the parser (bounds included)
+and the help text. Everything else derives from that one declaration: ``SETTINGS`` (what
+``load`` parses), ``flag_help`` (a command-line flag's help) and the table in
+``docs/configuration.md`` (``python -m appliance.config --markdown`` prints it, ``--update
+FILE`` rewrites it in place; a test fails when the document is out of step).
 
 This is the only module that reads the environment. ``load`` is called once per process
-(by the CLI) and returns a frozen ``Settings``; everything else receives it.
-``docs/configuration.md`` documents every row of ``SETTINGS`` (a test enforces it).
+(by the CLI) and returns a frozen ``Settings``; everything else receives it. Every
+credential is a ``Secret``: a repr of the settings, a log line or a traceback shows none.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +90,18 @@ def _at_least(floor: float) -> Callable[[Any], float]:
     return parse
 
 
+def _secret(raw: Any) -> Secret:
+    return Secret(str(raw))
+
+
+def _stripped_secret(raw: Any) -> Secret:
+    return Secret(str(raw).strip())
+
+
+def _upper(raw: Any) -> str:
+    return str(raw).upper()
+
+
 def _metrics_key(raw: Any) -> Secret:
     value = str(raw).strip()
     if len(value) < 16:  # a guessable key would make the check decoration
@@ -113,6 +133,8 @@ def _default_data_dir() -> str:
 
 @dataclass(frozen=True)
 class Setting:
+    """One setting as ``load`` and the documentation see it (derived from its field)."""
+
     name: str
     env: str
     default: Any
@@ -120,513 +142,417 @@ class Setting:
     help: str
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "data_dir",
+_DECLARED = "toolspoke.setting"
+
+
+def _setting(env: str, default: Any, parse: Callable[[Any], Any], help: str) -> Any:
+    """The declaration of the field it is assigned to. No dataclass default: ``load`` fills
+    every field, so a ``Settings`` built by hand with one missing is an error, not a guess."""
+    return field(metadata={_DECLARED: (env, default, parse, help)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    # -- where, and who: data, bind address, keys ----------------------------------------------
+    data_dir: str = _setting(
         "TOOLSPOKE_DATA_DIR",
         None,
         str,
-        "Directory holding the database and the master key file; created on first run "
-        "(default: $XDG_DATA_HOME/toolspoke or ~/.local/share/toolspoke).",
-    ),
-    Setting(
-        "host",
+        "Directory holding the database and the master key file; created on first run (default: "
+        "$XDG_DATA_HOME/toolspoke or ~/.local/share/toolspoke).",
+    )
+    host: str = _setting(
         "TOOLSPOKE_HOST",
         "127.0.0.1",
         str,
         "Address `serve` binds to. Loopback by default; bind wider only behind a proxy you trust.",
-    ),
-    Setting("port", "TOOLSPOKE_PORT", 8765, _port, "TCP port `serve` listens on (0 picks a free port)."),
-    Setting(
-        "admin_key",
+    )
+    port: int = _setting(
+        "TOOLSPOKE_PORT",
+        8765,
+        _port,
+        "TCP port `serve` listens on (0 picks a free port).",
+    )
+    admin_key: Secret | None = _setting(
         "TOOLSPOKE_ADMIN_KEY",
         None,
-        str,
-        "Admin API key that `init` installs instead of generating one (for automation). "
-        "Stored hashed; never printed back.",
-    ),
-    Setting(
-        "master_key",
+        _secret,
+        "Admin API key that `init` installs instead of generating one (for automation). Stored hashed; "
+        "never printed back.",
+    )
+    master_key: Secret | None = _setting(
         "TOOLSPOKE_MASTER_KEY",
         None,
-        lambda v: Secret(str(v).strip()),
-        "The vault's master key (64 hex characters) instead of the `master.key` file in the data "
-        "dir. When the vault holds secrets, a missing, malformed or wrong key stops start-up.",
-    ),
-    Setting(
-        "api_key",
+        _stripped_secret,
+        "The vault's master key (64 hex characters) instead of the `master.key` file in the data dir. "
+        "When the vault holds secrets, a missing, malformed or wrong key stops start-up.",
+    )
+    api_key: Secret | None = _setting(
         "TOOLSPOKE_API_KEY",
         None,
-        str,
+        _secret,
         "The API key `toolspoke stdio` acts with (a desktop client's config passes it in the "
         "environment). Checked on every request, so revoking it takes effect at once.",
-    ),
-    Setting(
-        "allowed_origins",
+    )
+    # -- who may reach it, and what it may reach -----------------------------------------------
+    allowed_origins: tuple[str, ...] = _setting(
         "TOOLSPOKE_ALLOWED_ORIGINS",
         (),
         _csv,
-        "Extra browser origins allowed on the MCP endpoint (comma-separated). Loopback "
-        "origins are always allowed; any other Origin gets 403.",
-    ),
-    Setting(
-        "allowed_hosts",
+        "Extra browser origins allowed on the MCP endpoint (comma-separated). Loopback origins are always "
+        "allowed; any other Origin gets 403.",
+    )
+    allowed_hosts: tuple[str, ...] = _setting(
         "TOOLSPOKE_ALLOWED_HOSTS",
         (),
         _csv,
-        "Extra Host header values accepted (comma-separated), e.g. a reverse proxy's name. "
-        "Loopback names are always accepted; others get 421 (DNS-rebinding defence).",
-    ),
-    Setting(
-        "allowed_tool_cidrs",
+        "Extra Host header values accepted (comma-separated), e.g. a reverse proxy's name. Loopback names "
+        "are always accepted; others get 421 (DNS-rebinding defence).",
+    )
+    allowed_tool_cidrs: tuple[str, ...] = _setting(
         "ALLOWED_TOOL_CIDRS",
         (),
         _cidrs,
-        "Networks (CIDR, comma-separated) that tool calls may reach although they are not "
-        "public, e.g. 127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
-    ),
-    Setting(
-        "upstream_timeout_s",
+        "Networks (CIDR, comma-separated) that tool calls may reach although they are not public, e.g. "
+        "127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
+    )
+    # -- sizes and deadlines; slow clients and connection caps (web/connections.py) ------------
+    upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",
         30.0,
         _positive(float),
         "Total deadline in seconds for one upstream call, connect to last byte.",
-    ),
-    Setting(
-        "upstream_max_bytes",
+    )
+    upstream_max_bytes: int = _setting(
         "TOOLSPOKE_UPSTREAM_MAX_BYTES",
         262144,
         _positive(int),
         "Largest upstream response body accepted, in bytes (decoded); larger is upstream_too_large.",
-    ),
-    Setting(
-        "max_request_bytes",
+    )
+    max_request_bytes: int = _setting(
         "TOOLSPOKE_MAX_REQUEST_BYTES",
         4 * 1024 * 1024,
         _positive(int),
         "Largest request body the HTTP server accepts, in bytes (413 above).",
-    ),
-    Setting(
-        "shutdown_grace_s",
+    )
+    shutdown_grace_s: float = _setting(
         "TOOLSPOKE_SHUTDOWN_GRACE_S",
         15.0,
         _positive(float),
-        "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are "
-        "refused at once); calls still running then are cut off, audited `interrupted`.",
-    ),
-    # slow clients and connection caps (issue 16 item 5; web/connections.py)
-    Setting(
-        "request_head_timeout_s",
+        "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are refused at "
+        "once); calls still running then are cut off, audited `interrupted`.",
+    )
+    request_head_timeout_s: float = _setting(
         "TOOLSPOKE_REQUEST_HEAD_TIMEOUT_S",
         10.0,
         _positive(float),
-        "Seconds a client has to send a complete request head (request line and headers), "
-        "counted from the connection's opening or the head's first byte however slowly bytes "
-        "trickle in; later: 408 and the connection closed.",
-    ),
-    Setting(
-        "max_connections",
+        "Seconds a client has to send a complete request head (request line and headers), counted from "
+        "the connection's opening (first request) or from the head's first byte (later requests on a "
+        "kept-alive connection), however slowly its bytes trickle in. Later: 408 and the connection "
+        "closed; a connection that sent nothing is closed.",
+    )
+    max_connections: int = _setting(
         "TOOLSPOKE_MAX_CONNECTIONS",
         1000,
         _positive(int),
         "Most client connections `serve` holds open at once; one more is answered 503 "
-        "(`Retry-After: 1`) and closed.",
-    ),
-    Setting(
-        "max_connections_per_address",
+        "`too_many_connections` (`Retry-After: 1`) before anything is read, and closed. Keep it under the "
+        "process's open-file limit (`ulimit -n`).",
+    )
+    max_connections_per_address: int = _setting(
         "TOOLSPOKE_MAX_CONNECTIONS_PER_ADDRESS",
         256,
         _positive(int),
-        "Most connections one client address may hold open at once; one more is answered 503 "
-        "and closed. Behind a reverse proxy every client has the proxy's address: raise it there.",
-    ),
-    Setting(
-        "import_max_bytes",
+        "Most connections one client address (the TCP peer) may hold open at once; one more is answered "
+        "503 and closed. Behind a reverse proxy every connection has the proxy's address: raise it (up to "
+        "`max_connections`) there.",
+    )
+    # -- imports and search --------------------------------------------------------------------
+    import_max_bytes: int = _setting(
         "TOOLSPOKE_IMPORT_MAX_BYTES",
         32 * 1024 * 1024,
         _positive(int),
         "Largest OpenAPI document or catalogue file accepted by an import, in bytes.",
-    ),
-    Setting(
-        "search_default_limit",
+    )
+    search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
         8,
         _positive(int),
         "Results `search_tools` returns when the caller gives no limit.",
-    ),
-    Setting(
-        "search_max_limit",
+    )
+    search_max_limit: int = _setting(
         "TOOLSPOKE_SEARCH_MAX_LIMIT",
         50,
         _positive(int),
         "Upper bound on `limit` for `search_tools` and `toolspoke search`.",
-    ),
-    # semantic search (issue 7): provider, deadline, breaker, kill switch; see docs/search.md
-    Setting(
-        "embeddings",
+    )
+    # -- semantic search (gateway/semantic.py; docs/search.md) ---------------------------------
+    embeddings: str = _setting(
         "TOOLSPOKE_EMBEDDINGS",
         "none",
         _choice("none", "local", "openai"),
         "Embedding provider for semantic re-rank: `none` (lexical only), `local` (the bundled "
         "all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible `/v1/embeddings`).",
-    ),
-    Setting(
-        "embeddings_url",
+    )
+    embeddings_url: str | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_URL",
         None,
         str,
-        "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1 (Ollama). "
-        "Default with OPENROUTER_API_KEY set: https://openrouter.ai/api/v1. Reached through the "
-        "egress guard, which opens this origin (loopback and LAN included) for embeddings only.",
-    ),
-    Setting(
-        "embeddings_model",
+        "Base URL of the OpenAI-compatible endpoint, e.g. http://127.0.0.1:11434/v1 (Ollama). Default "
+        "with OPENROUTER_API_KEY set: https://openrouter.ai/api/v1. Reached through the egress guard, "
+        "which opens this origin (loopback and LAN included) for embeddings only.",
+    )
+    embeddings_model: str | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_MODEL",
         None,
         str,
         "Model name sent to the endpoint (default with OpenRouter: openai/text-embedding-3-small). "
         "Changing it re-embeds every tool.",
-    ),
-    Setting(
-        "embeddings_api_key",
+    )
+    embeddings_api_key: Secret | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_API_KEY",
         None,
-        str,
+        _secret,
         "Bearer key for the embeddings endpoint; never logged or returned.",
-    ),
-    Setting(
-        "openrouter_api_key",
+    )
+    openrouter_api_key: Secret | None = _setting(
         "OPENROUTER_API_KEY",
         None,
-        str,
+        _secret,
         "OpenRouter key: with `embeddings = openai` and no URL or key of its own, OpenRouter is used.",
-    ),
-    Setting(
-        "embeddings_dimensions",
+    )
+    embeddings_dimensions: int | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_DIMENSIONS",
         None,
         _positive(int),
         "Dimensions to ask the endpoint for (OpenAI's `dimensions`); a reply of another size is an error.",
-    ),
-    Setting(
-        "embeddings_timeout_s",
+    )
+    embeddings_timeout_s: float = _setting(
         "TOOLSPOKE_EMBEDDINGS_TIMEOUT_S",
         1.0,
         _positive(float),
         "Deadline for embedding one search query; past it the search answers lexically.",
-    ),
-    Setting(
-        "embeddings_breaker_s",
+    )
+    embeddings_breaker_s: float = _setting(
         "TOOLSPOKE_EMBEDDINGS_BREAKER_S",
         30.0,
         _non_negative(float),
-        "After a provider error or timeout, seconds during which searches skip the provider "
-        "(lexical) before trying it again.",
-    ),
-    Setting(
-        "semantic_search",
+        "After a provider error or timeout, seconds during which searches skip the provider (lexical) "
+        "before trying it again.",
+    )
+    semantic_search: bool = _setting(
         "SEMANTIC_SEARCH",
         True,
         _bool,
-        "Kill switch for the semantic pass at start-up. At run time `toolspoke semantic on|off` "
-        "or `PUT /api/v1/search/semantic` overrides it with no restart.",
-    ),
-    Setting(
-        "search_log_queries",
+        "Kill switch for the semantic pass at start-up. At run time `toolspoke semantic on|off` or `PUT "
+        "/api/v1/search/semantic` overrides it with no restart.",
+    )
+    search_log_queries: bool = _setting(
         "TOOLSPOKE_SEARCH_LOG_QUERIES",
         False,
         _bool,
-        "Log the text of zero-result and low-score searches (off: only that one happened is "
-        "logged and counted).",
-    ),
-    Setting(
-        "session_ttl_s",
+        "Log the text of zero-result and low-score searches (off: only that one happened is logged and "
+        "counted).",
+    )
+    # -- legacy MCP sessions and SSE streams ---------------------------------------------------
+    session_ttl_s: float = _setting(
         "TOOLSPOKE_SESSION_TTL_S",
         3600.0,
         _positive(float),
         "Idle seconds after which a legacy (2025) MCP session expires; the client then gets 404.",
-    ),
-    Setting(
-        "max_sessions",
+    )
+    max_sessions: int = _setting(
         "TOOLSPOKE_MAX_SESSIONS",
         10000,
         _positive(int),
         "Most legacy MCP sessions held at once; the least recently used is dropped beyond it.",
-    ),
-    Setting(
-        "max_sessions_per_key",
+    )
+    max_sessions_per_key: int = _setting(
         "TOOLSPOKE_MAX_SESSIONS_PER_KEY",
         100,
         _positive(int),
-        "Most legacy MCP sessions one API key may hold; a new one drops that key's least "
-        "recently used session, never another key's.",
-    ),
-    Setting(
-        "max_streams_per_key",
+        "Most legacy MCP sessions one API key may hold; a new one drops that key's least recently used "
+        "session, never another key's.",
+    )
+    max_streams_per_key: int = _setting(
         "TOOLSPOKE_MAX_STREAMS_PER_KEY",
         16,
         _positive(int),
-        "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is "
-        "refused with 429 `too_many_streams`.",
-    ),
-    Setting(
-        "stdio_allowed_commands",
+        "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is refused with "
+        "429 `too_many_streams`.",
+    )
+    # -- local stdio MCP toolkits (upstream/processes.py) --------------------------------------
+    stdio_allowed_commands: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_ALLOWED_COMMANDS",
         ("npx", "uvx", "node", "python3", "python", "deno"),
         _csv,
-        "Executables a local stdio MCP toolkit may run (comma-separated basenames); anything "
-        "else is refused at import.",
-    ),
-    Setting(
-        "stdio_inherit_env",
+        "Executables a local stdio MCP toolkit may run (comma-separated basenames); anything else is "
+        "refused at import.",
+    )
+    stdio_inherit_env: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_INHERIT_ENV",
         ("PATH", "HOME"),
         _csv,
-        "Names of the gateway's own environment variables a stdio child inherits; nothing "
-        "else leaks in. Per-toolkit variables are given at import (`--env K=V`).",
-    ),
-    Setting(
-        "stdio_idle_s",
+        "Names of the gateway's own environment variables a stdio child inherits; nothing else leaks in. "
+        "Per-toolkit variables are given at import (`--env K=V`).",
+    )
+    stdio_idle_s: float = _setting(
         "TOOLSPOKE_STDIO_IDLE_S",
         600.0,
         _positive(float),
-        "Seconds without traffic after which a stdio upstream process is stopped; the next "
-        "call starts it again.",
-    ),
-    Setting(
-        "stdio_start_timeout_s",
+        "Seconds without traffic after which a stdio upstream process is stopped; the next call starts it "
+        "again.",
+    )
+    stdio_start_timeout_s: float = _setting(
         "TOOLSPOKE_STDIO_START_TIMEOUT_S",
         60.0,
         _positive(float),
-        "Seconds a stdio upstream may take to answer its first message (npx may be installing "
-        "a package); until then it is `starting`, not broken.",
-    ),
-    # -- upstream health probes (issue 3 item 7; gateway/health.py) -------------------
-    Setting(
-        "health_interval_s",
+        "Seconds a stdio upstream may take to answer its first message (npx may be installing a package); "
+        "until then it is `starting`, not broken.",
+    )
+    # -- upstream health probes (gateway/health.py) --------------------------------------------
+    health_interval_s: float = _setting(
         "TOOLSPOKE_HEALTH_INTERVAL_S",
         30.0,
         _non_negative(float),
-        "Seconds between health probes of every upstream toolkit (MCP: ping or server/discover; "
-        "OpenAPI: DNS and TCP connect only). 0 turns probes off, and with them the fast "
-        "`upstream_broken` refusal.",
-    ),
-    Setting(
-        "health_timeout_s",
+        "Seconds between health probes of every upstream toolkit (MCP: `ping` or `server/discover`; "
+        "OpenAPI: DNS and TCP connect only). 0 turns probes off, and with them the fast `upstream_broken` "
+        "refusal.",
+    )
+    health_timeout_s: float = _setting(
         "TOOLSPOKE_HEALTH_TIMEOUT_S",
         10.0,
         _positive(float),
         "Deadline in seconds for one health probe; a probe that misses it counts as a failure.",
-    ),
-    Setting(
-        "health_slow_s",
+    )
+    health_slow_s: float = _setting(
         "TOOLSPOKE_HEALTH_SLOW_S",
         5.0,
         _positive(float),
-        "A probe answered later than this many seconds is slow; slow answers in a row make a "
-        "toolkit `degraded`, one alone changes nothing.",
-    ),
-    Setting(
-        "health_degraded_after",
+        "A probe answered later than this many seconds is slow; slow answers in a row make a toolkit "
+        "`degraded`, one alone changes nothing.",
+    )
+    health_degraded_after: int = _setting(
         "TOOLSPOKE_HEALTH_DEGRADED_AFTER",
         2,
         _positive(int),
         "Consecutive failed (or slow) probes after which an active toolkit becomes `degraded`.",
-    ),
-    Setting(
-        "health_broken_after",
+    )
+    health_broken_after: int = _setting(
         "TOOLSPOKE_HEALTH_BROKEN_AFTER",
         4,
         _positive(int),
-        "Consecutive failures after which a toolkit becomes `broken`: its tools then answer at "
-        "once with `upstream_broken` until probes see it recover.",
-    ),
-    Setting(
-        "health_recover_after",
+        "Consecutive failures after which a toolkit becomes `broken`: its tools then answer at once with "
+        "`upstream_broken` until probes see it recover.",
+    )
+    health_recover_after: int = _setting(
         "TOOLSPOKE_HEALTH_RECOVER_AFTER",
         2,
         _positive(int),
         "Consecutive successful probes after which a degraded or broken toolkit is `active` again.",
-    ),
-    # -- end of upstream health probes ---------------------------------------------------
-    # -- MCP re-sync (issue 3 item 6; gateway/sync_schedule.py) --------------------------
-    Setting(
-        "mcp_resync_s",
+    )
+    # -- MCP re-sync and import limits (gateway/sync_schedule.py) ------------------------------
+    mcp_resync_s: float = _setting(
         "TOOLSPOKE_MCP_RESYNC_S",
         3600.0,
         _non_negative(float),
-        "Seconds between periodic re-syncs of every MCP toolkit's tool list (0: off; a "
-        "`tools/list_changed` notification and `toolspoke sync` still re-sync).",
-    ),
-    # -- spend and accounting (issue 6; ledger/, gateway/accounting.py) -----------------
-    Setting(
-        "default_fee",
+        "Seconds between periodic re-syncs of every MCP toolkit's tool list (0: off). New upstream tools "
+        "arrive pending, vanished ones are disabled, changed ones go back to pending; a "
+        "`tools/list_changed` notification from a pooled session and `toolspoke sync` re-sync too.",
+    )
+    imports_per_hour: int = _setting(
+        "TOOLSPOKE_IMPORTS_PER_HOUR",
+        10,
+        _non_negative(int),
+        "Imports one user may start through the admin API per sliding hour (the CLI is not limited); the "
+        "next one is refused (HTTP 429, `rate_limited`) with `retry_after_s`, the seconds to wait.",
+    )
+    # -- spend, limits and storage (ledger/, gateway/accounting.py, db/) -----------------------
+    default_fee: float = _setting(
         "TOOLSPOKE_DEFAULT_FEE",
         1.0,
         _non_negative(float),
-        "Credits a non-owner call to a toolkit costs when its owner set no fee (at most 3 "
-        "decimals; 0: free).",
-    ),
-    Setting(
-        "rate_limit",
+        "Credits a non-owner call to a toolkit costs when its owner set no fee (at most 3 decimals; 0: "
+        "free).",
+    )
+    rate_limit: int = _setting(
         "TOOLSPOKE_RATE_LIMIT",
         120,
         _positive(int),
         "Tool calls one agent (or, without an agent, one key) may make per "
-        "`TOOLSPOKE_RATE_LIMIT_WINDOW_S`: a burst of this many, then an even trickle (GCRA). "
-        "Beyond it: `-32001` with `retry_after_s`.",
-    ),
-    Setting(
-        "rate_limit_window_s",
+        "`TOOLSPOKE_RATE_LIMIT_WINDOW_S`: a burst of this many, then an even trickle (GCRA). Beyond it: "
+        "`-32001` with `retry_after_s`.",
+    )
+    rate_limit_window_s: float = _setting(
         "TOOLSPOKE_RATE_LIMIT_WINDOW_S",
         60.0,
         _positive(float),
         "The period, in seconds, that `TOOLSPOKE_RATE_LIMIT` and `TOOLSPOKE_BROWSE_RATE_LIMIT` count over.",
-    ),
-    Setting(
-        "browse_rate_limit",
+    )
+    browse_rate_limit: int = _setting(
         "TOOLSPOKE_BROWSE_RATE_LIMIT",
         600,
         _positive(int),
         "search_tools, list_toolkits, describe_tools and read_guide calls, and the MCP methods "
-        "`tools/list`, `initialize`, `ping`, `server/discover` and `logging/setLevel`, one "
-        "identity may make per window: free and unaudited, but limited so nobody can flood the gateway.",
-    ),
-    Setting(
-        "audit_retention_days",
+        "`tools/list`, `initialize`, `ping`, `server/discover` and `logging/setLevel`, one identity may "
+        "make per window: free and unaudited, but limited so nobody can flood the gateway.",
+    )
+    audit_retention_days: float = _setting(
         "TOOLSPOKE_AUDIT_RETENTION_DAYS",
         90.0,
         _non_negative(float),
-        "Days an audit row (call history) is kept; older rows are pruned hourly. 0 keeps them "
-        "forever. Ledger entries are never pruned: balances derive from them.",
-    ),
-    Setting(
-        "db_synchronous",
+        "Days an audit row (call history) is kept; older rows are pruned hourly. 0 keeps them forever. "
+        "Ledger entries are never pruned: balances derive from them.",
+    )
+    db_synchronous: str = _setting(
         "TOOLSPOKE_DB_SYNCHRONOUS",
         "FULL",
         _synchronous,
-        "SQLite `synchronous` for every write: FULL (each commit, charges and audit rows "
-        "included, is on disk before a call is answered: survives power loss) or NORMAL "
-        "(survives kill -9 and crashes of the process, but a power loss or OS crash may drop "
-        "the last commits; calls answer ~an fsync sooner).",
-    ),
-    Setting(
-        "min_free_disk_bytes",
+        "SQLite `synchronous` for every write: FULL (each commit, charges and audit rows included, is on "
+        "disk before a call is answered: survives power loss) or NORMAL (survives kill -9 and crashes of "
+        "the process, but a power loss or OS crash may drop the last commits; calls answer ~an fsync "
+        "sooner).",
+    )
+    min_free_disk_bytes: int = _setting(
         "TOOLSPOKE_MIN_FREE_DISK_BYTES",
         32 * 1024 * 1024,
         _positive(int),
-        "Free space the data directory's disk must keep for tool calls to be sent: below it, "
-        "calls are refused before they leave (-32003 `storage_unavailable`, nothing sent, "
-        "nothing charged) and /readyz says not ready, until space returns.",
-    ),
-    Setting(
-        "idempotency_retention_h",
+        "Free space (for an unprivileged user, as `df` shows it) the data directory's disk must keep for "
+        "tool calls to be sent. Below it, every tool call is refused before anything leaves (-32003 "
+        "`storage_unavailable`, `data.sent: false`, nothing charged) and `/readyz` answers 503, until "
+        "space returns; so are calls after any failed database write until a probe write succeeds. The "
+        "margin lets calls in flight still record their charges and audit rows.",
+    )
+    idempotency_retention_h: float = _setting(
         "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",
         24.0,
         _at_least(24.0),
-        "Hours an idempotency key (`_meta` `toolspoke/idempotencyKey` on tools/call) and its "
-        "stored result are kept; older keys are pruned and may be used again. At least 24.",
-    ),
-    Setting(
-        "metrics_key",
+        "Hours an idempotency key (`_meta` `toolspoke/idempotencyKey` on tools/call) and its stored "
+        "result are kept; older keys are pruned and may be used again. At least 24.",
+    )
+    metrics_key: Secret | None = _setting(
         "TOOLSPOKE_METRICS_KEY",
         None,
         _metrics_key,
-        "A bearer key (16 characters or more) for `/metrics` (a scraper's, so it needs no "
-        "admin key). When set, `/metrics` needs it or an admin key; unset, `/metrics` is open "
-        "on a loopback bind and needs an admin key on any other.",
-    ),
-    # -- end of spend and accounting -----------------------------------------------------
-    Setting(
-        "imports_per_hour",
-        "TOOLSPOKE_IMPORTS_PER_HOUR",
-        10,
-        _non_negative(int),
-        "Imports one user may start through the admin API per sliding hour (the CLI is not "
-        "limited); the next one is refused with the seconds to wait.",
-    ),
-    Setting(
-        "demo",
+        "A bearer key (16 characters or more) for `/metrics` (a scraper's, so it needs no admin key). "
+        "When set, `/metrics` needs it or an admin key; unset, `/metrics` is open on a loopback bind and "
+        "needs an admin key on any other.",
+    )
+    # -- the demo toolkit and logging ----------------------------------------------------------
+    demo: bool = _setting(
         "TOOLSPOKE_DEMO",
         True,
         _bool,
-        "Serve the built-in demo API and install it as the `demo` toolkit, so that a fresh "
-        "appliance has a tool whose calls really work with no internet, on every face (`/mcp`, "
-        "`toolspoke stdio`, `toolspoke call`), with or without `serve` running.",
-    ),
-    Setting(
-        "log_level",
+        "Serve the built-in demo API and install it as the `demo` toolkit, so that a fresh appliance has "
+        "a tool whose calls really work with no internet, on every face (`/mcp`, `toolspoke stdio`, "
+        "`toolspoke call`), with or without `serve` running.",
+    )
+    log_level: str = _setting(
         "TOOLSPOKE_LOG_LEVEL",
         "INFO",
-        lambda v: str(v).upper(),
+        _upper,
         "Log level: DEBUG, INFO, WARNING or ERROR.",
-    ),
-)
-
-_BY_NAME = {s.name: s for s in SETTINGS}
-
-
-@dataclass(frozen=True)
-class Settings:
-    data_dir: str
-    host: str
-    port: int
-    admin_key: str | None
-    master_key: Secret | None
-    api_key: str | None
-    allowed_origins: tuple[str, ...]
-    allowed_hosts: tuple[str, ...]
-    allowed_tool_cidrs: tuple[str, ...]
-    upstream_timeout_s: float
-    upstream_max_bytes: int
-    max_request_bytes: int
-    shutdown_grace_s: float
-    request_head_timeout_s: float
-    max_connections: int
-    max_connections_per_address: int
-    import_max_bytes: int
-    search_default_limit: int
-    search_max_limit: int
-    embeddings: str
-    embeddings_url: str | None
-    embeddings_model: str | None
-    embeddings_api_key: str | None
-    openrouter_api_key: str | None
-    embeddings_dimensions: int | None
-    embeddings_timeout_s: float
-    embeddings_breaker_s: float
-    semantic_search: bool
-    search_log_queries: bool
-    session_ttl_s: float
-    max_sessions: int
-    max_sessions_per_key: int
-    max_streams_per_key: int
-    stdio_allowed_commands: tuple[str, ...]
-    stdio_inherit_env: tuple[str, ...]
-    stdio_idle_s: float
-    stdio_start_timeout_s: float
-    # upstream health probes
-    health_interval_s: float
-    health_timeout_s: float
-    health_slow_s: float
-    health_degraded_after: int
-    health_broken_after: int
-    health_recover_after: int
-    # MCP re-sync
-    mcp_resync_s: float
-    imports_per_hour: int
-    # spend and accounting
-    default_fee: float
-    rate_limit: int
-    rate_limit_window_s: float
-    browse_rate_limit: int
-    audit_retention_days: float
-    db_synchronous: str
-    min_free_disk_bytes: int
-    idempotency_retention_h: float
-    metrics_key: Secret | None
-    demo: bool
-    log_level: str
+    )
 
     @property
     def db_path(self) -> Path:
@@ -640,6 +566,10 @@ class Settings:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return Settings(**values)
+
+
+SETTINGS: tuple[Setting, ...] = tuple(Setting(f.name, *f.metadata[_DECLARED]) for f in fields(Settings))
+_BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def _parse(setting: Setting, raw: Any, source: str) -> Any:
@@ -688,3 +618,61 @@ def load(
 def environment_snapshot(names: tuple[str, ...]) -> dict[str, str]:
     """The named environment variables that are set: what a stdio upstream may inherit."""
     return {n: os.environ[n] for n in names if n in os.environ}
+
+
+def flag_help(name: str) -> str:
+    """A command-line flag's help: the setting's own text, and where else it can be set."""
+    setting = _BY_NAME[name]
+    default = "" if setting.default is None else f"; default {_shown(setting.default)}"
+    return f"{setting.help} Also {setting.env}{default}."
+
+
+# -- the table in docs/configuration.md ------------------------------------------------------
+
+TABLE_START = "<!-- settings: generated from appliance/config.py by `python -m appliance.config --update` -->"
+TABLE_END = "<!-- end of settings -->"
+
+
+def _shown(default: Any) -> str:
+    if default is None:
+        return "(unset)"
+    if isinstance(default, bool):
+        return "true" if default else "false"
+    if isinstance(default, tuple):
+        return ", ".join(default) or "(empty)"
+    return str(default)
+
+
+def markdown_table() -> str:
+    """The settings table of ``docs/configuration.md``, one row per setting, in order."""
+    rows = ["| TOML key | environment variable | default | meaning |", "|---|---|---|---|"]
+    for s in SETTINGS:
+        meaning = s.help.replace("|", "\\|")  # a bare bar would end the cell
+        rows.append(f"| `{s.name}` | `{s.env}` | {_shown(s.default)} | {meaning} |")
+    return "\n".join(rows) + "\n"
+
+
+def with_table(document: str) -> str:
+    """``document`` with the text between the table's markers replaced by the current table."""
+    start, end = document.find(TABLE_START), document.find(TABLE_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the document lacks the markers {TABLE_START!r} … {TABLE_END!r}")
+    # blank lines around the table: a comment line next to it would end or start it early
+    return f"{document[: start + len(TABLE_START)]}\n\n{markdown_table()}\n{document[end:]}"
+
+
+def _main(argv: list[str]) -> int:
+    if argv == ["--markdown"]:
+        sys.stdout.write(markdown_table())
+        return 0
+    if argv[:1] == ["--update"] and len(argv) <= 2:
+        # By default the source tree's own document (beside the package, in a checkout).
+        target = Path(argv[1]) if len(argv) == 2 else Path(__file__).parents[1] / "docs" / "configuration.md"
+        target.write_text(with_table(target.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
+    sys.stderr.write("usage: python -m appliance.config --markdown | --update [FILE]\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -23,7 +23,8 @@ KEY = click.option(
 
 
 async def acting(rt: Any, key: str | None) -> Principal:
-    key = key or rt.settings.api_key
+    if not key and rt.settings.api_key:
+        key = rt.settings.api_key.reveal()
     if not key:
         return OPERATOR
     return await keys.authenticate(rt, key)

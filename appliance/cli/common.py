@@ -25,7 +25,7 @@ DATA_DIR = click.option(
     "--data-dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Data directory (also TOOLSPOKE_DATA_DIR).",
+    help=config.flag_help("data_dir"),
 )
 CONFIG = click.option(
     "--config",

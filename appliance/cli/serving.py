@@ -11,6 +11,7 @@ import click
 
 from appliance import __version__
 from appliance.cli.common import CONFIG, DATA_DIR, fail, guard, main, run, serving_loop, settings_for
+from appliance.config import flag_help
 from appliance.errors import ApplianceError, ConfigError
 
 if TYPE_CHECKING:
@@ -24,8 +25,8 @@ def version() -> None:
 
 
 @main.command()
-@click.option("--host", default=None, help="Bind address (default 127.0.0.1).")
-@click.option("--port", type=int, default=None, help="Port (default 8765; 0 picks a free one).")
+@click.option("--host", default=None, help=flag_help("host"))
+@click.option("--port", type=int, default=None, help=flag_help("port"))
 @DATA_DIR
 @CONFIG
 @guard
@@ -84,9 +85,10 @@ def init(data_dir: str | None, config_file: str | None) -> None:
     from appliance.gateway.admin import keys
 
     settings = settings_for(config_file, data_dir=data_dir)
-    if settings.admin_key is not None:
+    given = settings.admin_key.reveal() if settings.admin_key is not None else None
+    if given is not None:
         try:
-            keys.check_admin_key(settings.admin_key)
+            keys.check_admin_key(given)
         except ApplianceError as exc:
             # A configuration error (exit 2), caught before anything is created or installed.
             fail(f"TOOLSPOKE_ADMIN_KEY (setting admin_key) is malformed: {exc.public_message}", 2)
@@ -95,7 +97,7 @@ def init(data_dir: str | None, config_file: str | None) -> None:
         from appliance.gateway.imports import ensure_demo
 
         await ensure_demo(rt)  # the demo works on every face from the start, no serve needed
-        return await keys.first_admin_key(rt, settings.admin_key)
+        return await keys.first_admin_key(rt, given)
 
     key = run(settings, work)
     if key is None:
@@ -105,7 +107,7 @@ def init(data_dir: str | None, config_file: str | None) -> None:
         )
         return
     click.echo(f"Initialised {settings.data_dir}", err=True)
-    if settings.admin_key:
+    if given:
         click.echo("Installed the admin key from TOOLSPOKE_ADMIN_KEY.", err=True)
     else:
         click.echo("Admin API key (shown once; store it now):", err=True)
@@ -127,7 +129,7 @@ def stdio(data_dir: str | None, config_file: str | None) -> None:
     )
     if not settings.api_key:
         fail("toolspoke stdio needs an API key in TOOLSPOKE_API_KEY", 2)
-    key = settings.api_key
+    key = settings.api_key.reveal()  # checked against the stored hashes on every request
 
     async def work(rt: Any) -> None:
         from appliance.gateway.imports import ensure_demo

@@ -1,5 +1,9 @@
 """The running appliance's shared parts: settings, database, egress; opened once, closed once.
 
+``Runtime.parts`` states the order in which they open (and, reversed, close); ``open`` and
+``close`` run it, and ``toolspoke serve`` runs the same parts inside its own order
+(``gateway/lifecycle.py``).
+
 The web server and the CLI both build one ``Runtime`` and hand it to the gateway's
 operations, so a CLI command and an agent's call take exactly the same path.
 """
@@ -17,6 +21,7 @@ from appliance.db.migrate import default_migrations_dir
 from appliance.gateway import demo_api
 from appliance.gateway.redaction import VaultNeedles
 from appliance.gateway.semantic import Semantic
+from appliance.gateway.services import Service, Services, at_once
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
@@ -86,6 +91,7 @@ class Runtime:
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         self._vault: Vault | None = None
+        self._parts: Services | None = None  # what open() started, for close()
         # every vault secret's forms, for whatever upstream text comes back (gateway/redaction.py)
         self.redaction = VaultNeedles()
         install_log_redaction()
@@ -96,21 +102,33 @@ class Runtime:
         assert self._vault is not None, "the runtime is not open"
         return self._vault
 
-    async def open(self, migrations_dir: Path | None = None) -> None:
+    def parts(self, migrations_dir: Path | None = None) -> tuple[Service, ...]:
+        """The runtime's parts in the order they open; they close in reverse (``Services``)."""
+        return (
+            Service("database", lambda: self._open_database(migrations_dir), self.db.close),
+            # A missing, malformed or wrong master key stops here, before anything is served.
+            Service("vault", self._open_vault),
+            # A half-configured provider stops start-up, naming the setting.
+            Service("semantic search", at_once(lambda: self.semantic.provider), self.semantic.aclose),
+            # Queued audit rows and charges are flushed before the database closes.
+            Service("ledger", stop=self.book.aclose),
+            Service("egress", stop=self.egress.aclose),
+            # Children first: no stdio upstream may outlive the gateway.
+            Service("MCP sessions and stdio children", stop=self.mcp.aclose),
+        )
+
+    async def _open_database(self, migrations_dir: Path | None) -> None:
         prepare_data_dir(self.settings)
         await self.db.open(migrations_dir or default_migrations_dir())
-        try:
-            # A missing, malformed or wrong master key stops here, before anything is served.
-            self._vault = await Vault.open(self.db, self.settings)
-            _ = self.semantic.provider  # a half-configured provider stops start-up, naming the setting
-        except BaseException:
-            await self.db.close()
-            raise
+
+    async def _open_vault(self) -> None:
+        self._vault = await Vault.open(self.db, self.settings)
+
+    async def open(self, migrations_dir: Path | None = None) -> None:
+        """Open every part (``parts``); one that fails closes those already open."""
+        self._parts = Services(self.parts(migrations_dir))
+        await self._parts.start()
 
     async def close(self) -> None:
-        # Children first: no stdio upstream may outlive the gateway.
-        await self.mcp.aclose()
-        await self.egress.aclose()
-        await self.book.aclose()  # flush queued audit rows and charges before the database closes
-        await self.semantic.aclose()
-        await self.db.close()
+        if self._parts is not None:
+            await self._parts.stop()

@@ -54,7 +54,13 @@ def build_provider(settings: Settings) -> Embedder | None:
     try:
         # Through the egress path, opened for this configured origin only (semantic_egress.py).
         poster = EmbeddingsEgress(url)
-        return HttpEmbedder(url, model, poster, api_key=key, dimensions=settings.embeddings_dimensions)
+        return HttpEmbedder(
+            url,
+            model,
+            poster,
+            api_key=key.reveal() if key else None,
+            dimensions=settings.embeddings_dimensions,
+        )
     except EmbeddingError as exc:
         raise ConfigError(f"embeddings_url: {exc.reason}", field="embeddings_url") from None
 

@@ -80,8 +80,8 @@ async def _made(lock: asyncio.Lock, source: Path, copy: Path) -> BackupReport:
             raise
 
 
-@bp.before_server_start
-async def _start(app: Sanic) -> None:
+def prepare(app: Sanic) -> None:
+    """Before the first request (the face's own state, gateway/lifecycle.py)."""
     app.ctx.backup_lock = asyncio.Lock()
     # Left by a process that died while making or sending one: nobody else can be now.
     remove_leftovers(Path(app.ctx.settings.data_dir), PREFIX)

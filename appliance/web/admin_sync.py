@@ -8,21 +8,18 @@ Routes (a user's key: the toolkit's owner or an admin; reclassifying: an admin;
 - ``POST /api/v1/toolkits/<slug>/approve``: body ``{"tools": [names]}`` or ``{"all": true}``
 - ``POST /api/v1/tools/<name>/kind``: body ``{"kind": "read"|"write"|"destructive"|"auto"}``
 
-``install(app)`` mounts the blueprint and starts/stops the ``ResyncScheduler`` with the
-server; call it after the listener that opens the runtime is registered (shutdown
-listeners run in reverse order, so the scheduler then stops before the runtime closes).
+The ``ResyncScheduler`` starts and stops in the serving order (``gateway/lifecycle.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sanic import Blueprint, Request, Sanic
+from sanic import Blueprint, Request
 
 from appliance.errors import InvalidParams
 from appliance.gateway import sync
 from appliance.gateway.admin import people
-from appliance.gateway.sync_schedule import ResyncScheduler
 from appliance.web.admin_routes import answers, body, managed, person_only, upstream_bad_gateway
 
 bp = Blueprint("admin_sync", url_prefix="/api/v1")
@@ -100,20 +97,3 @@ async def reclassify(request: Request, name: str) -> Any:
     return await sync.reclassify(
         request.app.ctx.rt, name, doc["kind"], project=_project(request, doc, default=None)
     )
-
-
-def install(app: Sanic) -> None:
-    """Mount the routes and run a ``ResyncScheduler`` while the server serves."""
-    app.blueprint(bp)
-
-    @app.after_server_start
-    async def start_resync(app: Sanic) -> None:
-        scheduler = ResyncScheduler(app.ctx.rt)
-        scheduler.start()
-        app.ctx.resync = scheduler
-
-    @app.before_server_stop
-    async def stop_resync(app: Sanic) -> None:
-        scheduler = getattr(app.ctx, "resync", None)
-        if scheduler is not None:
-            await scheduler.aclose()

@@ -1,4 +1,4 @@
-"""The Sanic app factory and its lifecycle: open the runtime, install the demo, serve."""
+"""The Sanic app factory: routes, and the hooks that run the runtime's serving order."""
 
 from __future__ import annotations
 
@@ -15,17 +15,20 @@ from sanic.response import HTTPResponse
 from appliance import __version__
 from appliance.config import Settings
 from appliance.errors import ApplianceError
-from appliance.gateway import idempotency, imports
+from appliance.gateway.lifecycle import Face, Serving
 from appliance.gateway.runtime import Runtime
+from appliance.gateway.services import Service, at_once
 from appliance.rpc.session import SessionStore
 from appliance.web import (
     admin,
     admin_access,
     admin_backup,
     admin_credentials,
+    admin_health,
     admin_ledger,
     admin_openapi,
     admin_people,
+    admin_search,
     admin_sync,
     demo,
     mcp,
@@ -76,6 +79,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.ctx.sessions = SessionStore(
         settings.session_ttl_s, settings.max_sessions, per_key=settings.max_sessions_per_key
     )
+    app.ctx.sse_hub = sse.Hub(settings.max_sessions, settings.max_streams_per_key)
     app.blueprint(mcp.bp)
     app.blueprint(admin.bp)
     app.blueprint(admin_people.bp)  # the caller, users, agents, keys
@@ -85,6 +89,10 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
     app.blueprint(admin_backup.bp)  # GET /api/v1/backup
     app.blueprint(metrics.bp)  # /metrics, /healthz, /readyz
+    app.blueprint(admin_health.bp)  # upstream health, probes
+    app.blueprint(admin_search.bp)  # semantic search: status, kill switch, backfill
+    app.blueprint(admin_sync.bp)  # re-sync, approval, reclassification
+    app.blueprint(sse.bp)  # legacy HTTP+SSE transport: GET /sse, POST /messages
     if settings.demo:
         app.blueprint(demo.bp)
 
@@ -113,90 +121,54 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
             status=500,
         )
 
+    _serve_in_order(app, settings)
+    return app
+
+
+def _serve_in_order(app: Sanic, settings: Settings) -> None:
+    """The runtime's serving order (gateway/lifecycle.py) run by one hook at each of the
+    server's four moments: before it serves, once it serves, when its stop begins, and
+    once it has drained the calls in flight. This face adds its parts and decides nothing
+    about their order."""
     logs = LogQueue()  # log lines are written by a thread, never by the event loop
+    take_stop_signals = shutdown.keep_early_stop_signals(app)
 
-    @app.before_server_start
-    async def open_runtime(app: Sanic) -> None:
-        logs.start()
-        rt = Runtime(settings)
-        await rt.open()
-        # Keys whose call a killed process left running: never run again (LEDGER-05/06).
-        await idempotency.recover(rt)
-        app.ctx.rt = rt
-
-    shutdown.keep_early_stop_signals(app)  # a SIGTERM just after the ready line still stops
-
-    @app.after_server_start
-    async def announce(app: Sanic) -> None:
+    async def announce() -> None:
+        take_stop_signals()  # a SIGTERM just after the ready line still stops
         rt: Runtime = app.ctx.rt
         host, port = _bound_address(app)
         rt.self_base_url = f"http://{_client_host(host)}:{port}"
-        await imports.ensure_demo(rt)  # answered in process, at its own origin (gateway/demo_api.py)
         # One parseable line on stdout: tests and scripts wait for it.
         print(f"toolspoke {__version__} serving MCP on {rt.self_base_url}/mcp", flush=True)
 
-    @app.after_server_stop
-    async def flush_logs(app: Sanic) -> None:
-        logs.stop()
+    async def stop_taking_work() -> None:
+        await shutdown.stop_taking_work(app)
 
-    # After the server stopped (registered after flush_logs: stop listeners run in reverse
-    # order), so calls still in flight at SIGTERM finish on an open runtime (web/shutdown.py).
-    @app.after_server_stop
-    async def close_runtime(app: Sanic) -> None:
-        rt = getattr(app.ctx, "rt", None)
-        if rt is not None:
-            await rt.close()
+    face = Face(
+        logs=Service("log thread", at_once(logs.start), at_once(logs.stop)),
+        prepare=Service("backups", at_once(lambda: admin_backup.prepare(app))),
+        announce=Service("ready line", announce),
+        streams=Service("SSE streams", stop=app.ctx.sse_hub.shutdown),
+        guard=Service("shutdown guard", stop=stop_taking_work),
+    )
+    serving = app.ctx.serving = Serving(Runtime(settings), face)
+    app.ctx.rt = serving.rt
 
-    # health probes (issue 3 item 7): routes, and the probe task, started once the server
-    # serves; registered after close_runtime so that (stop listeners run in reverse order)
-    # it stops before the runtime closes.
-    from appliance.gateway.health import HealthMonitor
-    from appliance.web import admin_health
-
-    app.blueprint(admin_health.bp)
+    @app.before_server_start
+    async def open_services(app: Sanic) -> None:
+        await serving.open()
 
     @app.after_server_start
-    async def start_health(app: Sanic) -> None:
-        app.ctx.health = HealthMonitor(app.ctx.rt)
-        app.ctx.health.start()
+    async def start_serving(app: Sanic) -> None:
+        await serving.serve()
 
     @app.before_server_stop
-    async def stop_health(app: Sanic) -> None:
-        monitor = getattr(app.ctx, "health", None)
-        if monitor is not None:
-            await monitor.aclose()
+    async def stop_serving(app: Sanic) -> None:
+        await serving.quiesce()
 
-    # end of health probes
-
-    # semantic search (issue 7): background backfill and the search admin routes
-    from appliance.gateway.backfill import BackfillTask
-    from appliance.web import admin_search
-
-    app.blueprint(admin_search.bp)
-
-    @app.after_server_start
-    async def start_backfill(app: Sanic) -> None:
-        app.ctx.backfill = BackfillTask(app.ctx.rt)
-        app.ctx.backfill.start()
-
-    @app.before_server_stop
-    async def stop_backfill(app: Sanic) -> None:
-        task = getattr(app.ctx, "backfill", None)
-        if task is not None:
-            await task.stop()
-
-    # end of semantic search
-
-    # Legacy HTTP+SSE transport (issue 3 item 10): GET /sse, POST /messages. The blueprint
-    # carries its own start/stop listeners; registered after close_runtime so that (stop
-    # listeners run in reverse order) open streams end before the runtime closes.
-    app.blueprint(sse.bp)
-
-    # Re-sync routes and scheduler; registered after close_runtime so that, stop listeners
-    # running in reverse order, the scheduler stops before the runtime closes.
-    admin_sync.install(app)
-    shutdown.install(app)  # last, so it is the first stop listener: stop taking work
-    return app
+    @app.after_server_stop
+    async def close_services(app: Sanic) -> None:
+        await serving.close()
 
 
 def _bound_address(app: Sanic) -> tuple[str, int]:

@@ -5,14 +5,15 @@ connections, then closes the listener, waits up to ``GRACEFUL_SHUTDOWN_TIMEOUT``
 connections and aborts the rest, then runs ``after_server_stop``. Two things in that order
 would lose work: a runtime closed in ``before_server_stop`` pulls the database and the
 upstream connections from under calls still running, and a kept-alive client connection
-stays busy with new requests for the whole grace period. So, first of all stop listeners:
+stays busy with new requests for the whole grace period. So the shutdown guard, the last
+service of the serving order (``gateway/lifecycle.py``) and so the first to stop, does:
 
 1. the listening socket stops accepting (shut down: new connections are refused at once);
 2. every kept-alive connection closes after the response it is working on (idle ones now);
 
-and the runtime closes in ``after_server_stop`` (``web/app.py``), once the calls in flight
-have answered, or been cut off at the end of the grace period (then audited as
-``interrupted`` and charged if they reached the upstream, as for a client that went away).
+and the runtime's parts close in ``after_server_stop``, once the calls in flight have
+answered, or been cut off at the end of the grace period (then audited as ``interrupted``
+and charged if they reached the upstream, as for a client that went away).
 """
 
 from __future__ import annotations
@@ -40,23 +41,20 @@ class TrackedProtocol(HttpProtocol):
         self.app.ctx.connections = self.connections
 
 
-def install(app: Sanic) -> None:
-    """Register the first stop listener. Call it last: stop listeners run in reverse order."""
-
-    @app.before_server_stop
-    async def stop_taking_work(app: Sanic) -> None:
-        app.ctx.stopping = True
-        sock: socket.socket | None = getattr(app.ctx, "listen_socket", None)
-        if sock is not None:
-            stop_listening(asyncio.get_running_loop(), sock)
-        connections: set[Any] = getattr(app.ctx, "connections", set())
-        busy = 0
-        for conn in list(connections):
-            http = getattr(conn, "http", None)
-            if http is not None:
-                http.keep_alive = False  # answer what is in flight, then close
-            busy += not conn.close_if_idle()
-        log.info("shutting down: no new connections; %d busy connection(s) finishing", busy)
+async def stop_taking_work(app: Sanic) -> None:
+    """The shutdown guard's stop: the first step of every stop (gateway/lifecycle.py)."""
+    app.ctx.stopping = True
+    sock: socket.socket | None = getattr(app.ctx, "listen_socket", None)
+    if sock is not None:
+        stop_listening(asyncio.get_running_loop(), sock)
+    connections: set[Any] = getattr(app.ctx, "connections", set())
+    busy = 0
+    for conn in list(connections):
+        http = getattr(conn, "http", None)
+        if http is not None:
+            http.keep_alive = False  # answer what is in flight, then close
+        busy += not conn.close_if_idle()
+    log.info("shutting down: no new connections; %d busy connection(s) finishing", busy)
 
 
 def stop_listening(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
@@ -76,8 +74,9 @@ _RUNNING_CHECK_S = 0.02
 Handler = Callable[[int, FrameType | None], Any]
 
 
-def keep_early_stop_signals(app: Sanic) -> None:
-    """A SIGTERM or SIGINT that arrives just as the server starts still stops it.
+def keep_early_stop_signals(app: Sanic) -> Callable[[], None]:
+    """A SIGTERM or SIGINT that arrives just as the server starts still stops it: call what
+    this returns first thing once the server serves (before the ready line is printed).
 
     Sanic registers its stop handler, runs the ``after_server_start`` listeners in one run of
     the loop and then serves in another. A stop in the first run only ends that run, and
@@ -113,8 +112,7 @@ def keep_early_stop_signals(app: Sanic) -> None:
         else:
             loop.call_later(_RUNNING_CHECK_S, check, loop)
 
-    @app.after_server_start  # the first of them (web/app.py): before the ready line is printed
-    async def take_stop_signals(app: Sanic) -> None:
+    def take_stop_signals() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -123,3 +121,5 @@ def keep_early_stop_signals(app: Sanic) -> None:
                 if callable(previous):
                     signal.signal(sig, noting(previous))
         loop.call_later(_RUNNING_CHECK_S, check, loop)
+
+    return take_stop_signals

@@ -206,19 +206,6 @@ def _hub(app: Sanic) -> Hub:
     return hub
 
 
-@bp.before_server_start
-async def _start(app: Sanic) -> None:
-    settings = app.ctx.settings
-    app.ctx.sse_hub = Hub(settings.max_sessions, settings.max_streams_per_key)
-
-
-@bp.before_server_stop
-async def _stop(app: Sanic) -> None:
-    hub = getattr(app.ctx, "sse_hub", None)
-    if hub is not None:
-        await hub.shutdown()
-
-
 async def _toolkit(
     request: Request, principal: Principal, slug: str | None, project: str | None
 ) -> Toolkit | None:
