@@ -16,4 +16,5 @@ __all__ = [
     "dumps",
     "generation",
     "loads",
+    "seam",
 ]

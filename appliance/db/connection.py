@@ -340,6 +340,9 @@ class Database:
             except sqlean.OperationalError as exc:
                 self._write_failed(exc)
                 raise _storage_error(exc) from exc
+            except BaseException as exc:
+                self._write_failed(exc)  # a disk fault SQLite calls CORRUPT, say, as write() does
+                raise
             self.generation += 1
             return result
 
