@@ -23,7 +23,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import sqlean
 
@@ -52,6 +52,9 @@ from appliance.db.sqlite import (
 )
 from appliance.db.worker import Worker
 from appliance.errors import ConfigError, StorageError
+
+if TYPE_CHECKING:
+    from appliance.db.seam import AsyncReader, AsyncWriter, Reader, Store, Writer
 
 __all__ = [
     "Database",
@@ -427,3 +430,12 @@ class Database:
                     await writer.call(finish, writer.conn, "ROLLBACK")
                 raise _storage_error(exc) from exc
             self.generation += 1
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_seam(
+        db: Database, conn: ReadConn, tx: WriteTx, r: SyncReader, w: SyncWriter
+    ) -> tuple[Store, AsyncReader, AsyncWriter, Reader, Writer]:
+        """mypy's proof that SQLite's classes implement every protocol of ``db/seam.py``."""
+        return db, conn, tx, r, w
