@@ -7,7 +7,9 @@ rows, or a transaction that writes a call's audit row and charge, must cost one 
 seam that does it is ours. Measured on this machine (an in-memory one-row SELECT, 5,000
 hops): 35 µs of CPU a hop here, 42 µs for aiosqlite's one-hop ``execute_fetchall``, 60 µs for
 ``asyncio.to_thread``, 123 µs for aiosqlite's ``async with execute(...)`` + ``fetchall``
-(three hops). The hand-off is the cheapest one known: a ``SimpleQueue`` to the thread and
+(three hops). Through ``Database`` (a one-row read in ``batch``, a one-row ``write_batch``)
+a hop here costs what aiosqlite's private ``_execute`` did, within this machine's noise.
+The hand-off is the cheapest one known: a ``SimpleQueue`` to the thread and
 ``call_soon_threadsafe`` back, no ``concurrent.futures`` in between.
 
 A job handed to the thread is always finished before its caller goes on, even when the
