@@ -242,3 +242,24 @@ def test_the_private_attribute_check_finds_a_planted_use(tmp_path: Path) -> None
     tree = ast.parse("async def f(conn):\n    return await conn._execute(print, conn._conn)\n")
     hits = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in private]
     assert hits == ["_execute", "_conn"]
+
+
+def test_a_key_is_authenticated_in_one_hop_and_then_in_none(tmp_path: Path) -> None:
+    """The call path's first lookup: the key's row, its user and agent in one reader hop
+    (three hops a statement before the seam), then from the memo without any."""
+    from appliance.access import keys
+
+    key = "tsk_cccccccc-test-key-0123456789abcdefghijklmnop"
+
+    async def body(db: Database) -> None:
+        async with db.write() as tx:
+            await keys.add_key(tx, await keys.ensure_admin(tx), key)
+        await asyncio.sleep(0)  # a new turn: the memo looks at the generation again
+        before = db.hops
+        principal = await keys.authenticate_cached(db, key)
+        assert principal.is_admin
+        assert db.hops - before == 1
+        assert await keys.authenticate_cached(db, key) == principal
+        assert db.hops - before == 1
+
+    with_db(tmp_path / "t.db", body)
