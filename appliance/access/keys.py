@@ -16,7 +16,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from appliance.db import Database, ReadConn, WriteTx, dumps, loads
+from appliance.db import Database, ReadConn, Reader, WriteTx, dumps, loads
 from appliance.errors import Conflict, InvalidParams, NotFound, Unauthorized
 from appliance.models import Principal
 
@@ -180,7 +180,7 @@ async def has_admin_key(conn: ReadConn) -> bool:
 
 async def authenticate(conn: ReadConn, key: str) -> Principal:
     """The principal behind a key; one error text for every failure (no oracle)."""
-    principal, expired, _ = await _lookup(conn, key)
+    principal, expired, _ = await conn.batch(lambda r: lookup_in(r, key))
     if expired:
         raise _denied()
     return principal
@@ -196,7 +196,7 @@ async def authenticate_cached(db: Database, key: str) -> Principal:
     """
     if not key.startswith(KEY_PREFIX) or len(key) > 256:
         raise _denied()
-    principal, expired, expires_at = await db.cached(("api_key", _hash(key)), lambda conn: _lookup(conn, key))
+    principal, expired, expires_at = await db.remembered(("api_key", _hash(key)), lambda r: lookup_in(r, key))
     if expired or (expires_at is not None and expires_at <= _sqlite_now()):
         raise _denied()
     return principal
@@ -212,11 +212,12 @@ def _sqlite_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-async def _lookup(conn: ReadConn, key: str) -> tuple[Principal, bool, str | None]:
-    """A known, unrevoked key's principal, whether it has expired by now, and when it expires."""
+def lookup_in(r: Reader, key: str) -> tuple[Principal, bool, str | None]:
+    """A known, unrevoked key's principal, whether it has expired by now, and when it expires
+    (a function over a reader: one hop, ``Store.reading``)."""
     if not key.startswith(KEY_PREFIX) or len(key) > 256:
         raise _denied()
-    row = await conn.one(
+    row = r.one(
         "SELECT k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
         f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
         " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"

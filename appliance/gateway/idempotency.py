@@ -114,8 +114,7 @@ async def once(
     if now - _pruned_at.get(id(rt.db), 0.0) > PRUNE_EVERY_S:
         prune_before = now - rt.settings.idempotency_retention_h * 3600
         _pruned_at[id(rt.db)] = now
-    async with rt.db.write() as tx:
-        held = await tx.batch(lambda r: store.claim(r, scope, key, digest, now, prune_before))
+    held = await rt.db.writing(lambda w: store.claim(w, scope, key, digest, now, prune_before))
     if held is not None:
         result = await _answer_retry(rt, principal, name, held, digest)
         tool, runner = await identify() if identify is not None else (None, None)
@@ -125,8 +124,7 @@ async def once(
         result = await run()
     except ApplianceError:
         # Refused before anything left (or its record failed): a retry may run it.
-        async with rt.db.write() as tx:
-            await tx.batch(lambda r: store.release(r, scope, key))
+        await rt.db.writing(lambda w: store.release(w, scope, key))
         raise
     except BaseException:
         # Cut off mid-call: the upstream may have acted. Stored as we unwind, not awaited.
@@ -140,8 +138,7 @@ async def once(
 
 async def _finish(rt: Runtime, scope: str, key: str, result: CallResult) -> None:
     text = _dump(result)
-    async with rt.db.write() as tx:
-        await tx.batch(lambda r: store.finish(r, scope, key, text))
+    await rt.db.writing(lambda w: store.finish(w, scope, key, text))
 
 
 async def _finish_quietly(rt: Runtime, scope: str, key: str) -> None:
@@ -181,6 +178,5 @@ async def recover(rt: Runtime) -> int:
     """At start-up of the serving process: claims a killed process left running get the
     ``interrupted`` result (never run twice). The number recovered."""
     text = _dump(INTERRUPTED)
-    async with rt.db.write() as tx:
-        n: int = await tx.batch(lambda r: store.recover(r, text))
+    n: int = await rt.db.writing(lambda w: store.recover(w, text))
     return n

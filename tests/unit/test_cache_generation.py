@@ -149,7 +149,7 @@ def test_the_look_reads_the_idle_writer_and_the_probe_while_the_writer_is_busy(t
     path = tmp_path / "t.db"
 
     async def body(db: Database) -> None:
-        writer_conn = db._writer._conn if db._writer is not None else None
+        writer_conn = db.writer_connection
         assert writer_conn is not None
         seen: list[Any] = []
         original = generation.read

@@ -355,8 +355,8 @@ def test_the_writer_waits_for_another_writers_lock_on_its_thread_and_the_loop_ne
             release.join(5)
         finally:
             other.close()
-        writer = db._writer
+        writer = db.writer_connection
         assert writer is not None
-        assert writer._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0
+        assert writer.execute("PRAGMA busy_timeout").fetchone()[0] == 0
 
     with_db(path, MIGRATIONS, body)
