@@ -2,7 +2,7 @@
 
 Stages of the pipeline (``gateway/pipeline.py``), each reading and writing the attempt:
 
-- ``limit_call``: the rate limit comes first, before the name is even resolved.
+- ``limit``: the rate limit comes first, before the name is even resolved.
 - ``reserve``: once the tool is resolved and its input checked, and before the upstream is
   contacted, it checks that the call's accounting can be written (``db/space.py``: a disk
   nearly full, or writes failing, refuse the call before it leaves, since a call that
@@ -81,11 +81,6 @@ def admit_browse(rt: Runtime, principal: Principal) -> None:
     limit (RELIABILITY RATE-05). Callers without a key share no identity to count by."""
     if not principal.anonymous:
         limit(rt, principal, browse=True)
-
-
-def limit_call(rt: Runtime, attempt: Attempt) -> None:
-    """Stage: the call limit, before anything else (a throttled call resolves nothing)."""
-    limit(rt, attempt.principal)
 
 
 async def reserve(rt: Runtime, attempt: Attempt, tool: Tool) -> None:

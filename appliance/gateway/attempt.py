@@ -42,8 +42,3 @@ class Attempt:
     reason: str | None = None
     bytes: int = 0
     redacted: int = 0  # values replaced by [redacted] in the answer or the error
-
-    @property
-    def shown_name(self) -> str:
-        """The tool as the audit row names it."""
-        return self.tool.name if self.tool is not None else str(self.name)[:256]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from appliance.errors import ApplianceError, RateLimited, UpstreamError
@@ -31,7 +32,7 @@ from appliance.models import CallResult, Principal, Tool
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 
 
-async def call_tool(
+def call_tool(
     rt: Runtime,
     principal: Principal,
     name: str,
@@ -41,10 +42,11 @@ async def call_tool(
     runner: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
-) -> CallResult:
-    """One tool call by its full name. ``on_progress`` and ``on_log`` receive an MCP
-    upstream's progress and log messages (redacted)."""
-    return await run(rt, Attempt(principal, name, arguments, project, runner, on_progress, on_log))
+) -> Coroutine[Any, Any, CallResult]:
+    """One tool call by its full name (await it). ``on_progress`` and ``on_log`` receive an
+    MCP upstream's progress and log messages (redacted). Not itself a coroutine: ``run``'s,
+    handed back, spares every suspension of every call one frame to unwind and resume."""
+    return run(rt, Attempt(principal, name, arguments, project, runner, on_progress, on_log))
 
 
 async def run(rt: Runtime, attempt: Attempt) -> CallResult:
@@ -52,7 +54,7 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
     rt.calls_in_flight += 1  # a lone call's row may commit without the writer thread's hop
     try:
         try:
-            accounting.limit_call(rt, attempt)  # rate: before even the name is looked up
+            accounting.limit(rt, attempt.principal)  # rate: before even the name is looked up
             tool = await resolve(rt, attempt)
             check_runner(attempt, tool)
             validate_arguments(tool.input_schema, attempt.arguments)

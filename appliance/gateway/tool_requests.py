@@ -13,6 +13,7 @@ name (``gateway/pipeline.py``).
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,14 +77,17 @@ async def envelope(rt: Runtime, request: ToolsCall) -> tuple[str, dict[str, Any]
         raise
 
 
-async def address(rt: Runtime, request: ToolsCall, name: str, arguments: dict[str, Any]) -> CallResult:
-    """What the name means where it was sent; every tool call among them takes the pipeline."""
+def address(
+    rt: Runtime, request: ToolsCall, name: str, arguments: dict[str, Any]
+) -> Coroutine[Any, Any, CallResult]:
+    """What the name means where it was sent (await it); every tool call among them takes the
+    pipeline. Hands back the callee's coroutine: one frame less on the call's suspensions."""
     p, progress, log = request.principal, request.on_progress, request.on_log
     if request.toolkit is not None:
-        return await direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log)
+        return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log)
     if name in bridge.BRIDGE_NAMES:  # the runners among them call the pipeline for their target
-        return await bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log)
-    return await call_tool(rt, p, name, arguments, on_progress=progress, on_log=log)
+        return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log)
+    return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log)
 
 
 async def replay(
