@@ -175,8 +175,8 @@ def call(
     as_json: bool,
 ) -> None:
     """Call a tool by its exact name, as the operator (or as --key)."""
-    from appliance.gateway.calls import call_tool
     from appliance.gateway.imports import ensure_demo
+    from appliance.gateway.pipeline import call_tool
 
     try:
         arguments = orjson.loads(input_json)

@@ -13,10 +13,11 @@ from appliance.access import visibility
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import accounting, telemetry
+from appliance.gateway import accounting, audit, telemetry
 from appliance.gateway.agent_search import search_for_agent
-from appliance.gateway.calls import call_tool, unknown_tool
+from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
+from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
@@ -237,7 +238,7 @@ async def call_bridge(
         try:
             validate_arguments(spec["inputSchema"], args)
         except InvalidParams as exc:  # a runner call is a tool call: audited even so
-            await accounting.refused(rt, principal, args.get("tool", name), exc, runner=name)
+            await audit.refused(rt, principal, args.get("tool", name), exc, runner=name)
             raise
     if name == "search_tools":
         # Suggestions of toolkits to install go only to callers who may install (a person's
@@ -255,7 +256,7 @@ async def call_bridge(
             return _json_result(await read_guide(rt, principal, args["toolkit"], project=args.get("project")))
         except (NotFound, InvalidParams) as exc:
             return _error_result(exc)
-    try:
+    try:  # the runner's target takes the one call pipeline
         return await call_tool(
             rt,
             principal,

@@ -1,39 +1,27 @@
-"""One tool call: resolve → check runner → validate → dispatch to the upstream.
+"""The tool a call means and the upstream it goes to: resolve, runner check, dispatch.
 
-Later issues slot grants, rate limits, quotas, the vault and audit into ``call_tool``;
-it stays the single path every caller takes (bridge runners, direct ``tools/call``, CLI).
+Stages of the call pipeline (``gateway/pipeline.py``), which every caller takes (bridge
+runners, direct ``tools/call``, ``/mcp/<slug>``, the CLI).
 """
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from appliance.access import visibility
 from appliance.catalogue import naming, store
 from appliance.db import SyncReader
-from appliance.errors import (
-    ApplianceError,
-    InvalidParams,
-    ToolNotFound,
-    Unauthorized,
-    UpstreamError,
-    WrongRunner,
-)
-from appliance.gateway import accounting, credentials, redaction
+from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
+from appliance.gateway import credentials
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
-from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.protocol import param_headers
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
-
-log = logging.getLogger(__name__)
 
 
 def unknown_tool(name: str, suggestions: Sequence[str] = ()) -> ToolNotFound:
@@ -108,65 +96,7 @@ def check_runner(tool: Tool, runner: str) -> None:
         )
 
 
-@accounting.audited(resolve_tool)  # rate limit first; one durable audit row per attempt
-async def call_tool(
-    rt: Runtime,
-    principal: Principal,
-    name: str,
-    arguments: dict[str, Any],
-    *,
-    project: str | None = None,
-    runner: str | None = None,
-    on_progress: ProgressCallback | None = None,
-    on_log: LogRelay | None = None,
-) -> CallResult:
-    """``on_progress`` and ``on_log`` receive an MCP upstream's progress and log messages."""
-    tool = await resolve_tool(rt, principal, name, project=project)
-    accounting.resolved(tool)  # the audit row names the tool from here on
-    if runner is not None:
-        check_runner(tool, runner)
-    validate_arguments(tool.input_schema, arguments)
-    started = time.perf_counter()
-    prepared: credentials.PreparedCall | None = None
-
-    async def send() -> CallResult:
-        nonlocal prepared
-        prepared = await credentials.prepare(rt, tool)  # the vault's credential and the byte cap
-        # What the upstream says while it works (progress, log messages) is redacted too.
-        relay_progress, relay_log = prepared.relays(on_progress, on_log)
-        return await _dispatch(rt, tool, arguments, relay_progress, relay_log, prepared=prepared)
-
-    try:
-        # quota → balance → reserve; charged once sent, let go if it never left (a credential
-        # that cannot be opened included)
-        result = await accounting.spend(rt, principal, tool, send)
-    except UpstreamError as exc:
-        result = CallResult(
-            content=[{"type": "text", "text": exc.public_message}],
-            is_error=True,
-            meta={"reason": exc.reason, **exc.data},
-        )
-    except ApplianceError as exc:
-        if prepared is not None:  # raised after the upstream spoke: its text may be in it
-            red = prepared.redactor()
-            redaction.scrub(exc, red)
-            accounting.redacted(red.hits)
-        raise
-    if prepared is not None:
-        # An upstream echoing any stored secret never shows it; the audit row counts it.
-        result, hits = prepared.redact(result)
-        accounting.redacted(hits)
-    log.info(
-        "call tool=%s key=%s outcome=%s ms=%.1f",
-        tool.name,
-        principal.key_prefix,
-        "error" if result.is_error else "ok",
-        (time.perf_counter() - started) * 1000,
-    )
-    return result
-
-
-async def _dispatch(
+async def dispatch(
     rt: Runtime,
     tool: Tool,
     arguments: dict[str, Any],
@@ -175,6 +105,7 @@ async def _dispatch(
     *,
     prepared: credentials.PreparedCall,
 ) -> CallResult:
+    """The call to the tool's upstream (MCP or HTTP) with this call's credential and byte cap."""
     if tool.source_kind == "mcp":
         return await _call_mcp(rt, tool, arguments, on_progress, on_log, prepared=prepared)
     if tool.source_kind == "catalog" or tool.binding is None:

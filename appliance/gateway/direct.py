@@ -4,7 +4,7 @@ For clients that want a single server directly. Tools keep their own names: an M
 toolkit's upstream names (so a client configured for the original server works
 unchanged), an OpenAPI or catalogue toolkit's action part (``listPets`` for
 ``petstore__listPets``), since operation ids may hold characters MCP names may not.
-Every call still takes the gateway's one call path (``calls.call_tool``).
+Every call still takes the gateway's one call pipeline (``pipeline.call_tool``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from appliance.access import visibility
 from appliance.catalogue import naming, store
 from appliance.catalogue.naming import SEPARATOR
 from appliance.errors import InvalidParams, NotFound, Unauthorized
-from appliance.gateway import accounting
-from appliance.gateway.calls import call_tool, unknown_tool
+from appliance.gateway import audit
+from appliance.gateway.calls import unknown_tool
+from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
 from appliance.upstream.mcp_session import LogRelay, ProgressCallback
@@ -124,7 +125,7 @@ async def call(
         # Did-you-mean among this toolkit's names the caller sees (bounded; off the loop).
         own = [own_name(t) for t in tools]
         refusal = unknown_tool(name, await asyncio.to_thread(naming.close_names, name, own))
-        await accounting.refused(rt, principal, name, refusal)  # one audit row per attempt
+        await audit.refused(rt, principal, name, refusal)  # one audit row per attempt
         raise refusal
     return await call_tool(
         rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress, on_log=on_log

@@ -11,6 +11,10 @@ Stripe does for validation failures. A call cut off mid-flight (the client went 
 process was killed) stores an ``interrupted`` result: the upstream may have acted, so the
 key never runs the call a second time.
 
+The call pipeline's request stage (``gateway/tool_requests.py``) claims the key, replays or
+refuses a retry (a retry counts against the rate limit and leaves its audit row), and
+stores the result; this module holds the rules and the writes.
+
 Keys belong to the caller (an agent's to the agent, a user's own keys to the user): another
 caller's identical key is simply another key and never sees this one's result. Keys are
 pruned after ``TOOLSPOKE_IDEMPOTENCY_RETENTION_H`` (at least 24 h). A request without a key
@@ -23,16 +27,15 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from appliance.errors import ApplianceError, IdempotencyConflict, InvalidParams
-from appliance.gateway import accounting
+from appliance.errors import IdempotencyConflict, InvalidParams
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import idempotency as store
-from appliance.models import CallResult, Principal, Tool
+from appliance.models import CallResult, Principal
 from appliance.protocol.meta import IDEMPOTENCY_KEY
 
 log = logging.getLogger(__name__)
@@ -93,20 +96,22 @@ def _load(text: str) -> CallResult:
     return CallResult(doc["content"], doc["structured"], doc["is_error"], meta)
 
 
-async def once(
-    rt: Runtime,
-    principal: Principal,
-    key: str,
-    *,
-    target: str,
-    name: str,
-    arguments: dict[str, Any],
-    run: Callable[[], Awaitable[CallResult]],
-    identify: Callable[[], Awaitable[tuple[Tool | None, str | None]]] | None = None,
-) -> CallResult:
-    """``run()`` at most once for (caller, key); every retry gets its stored result.
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A keyed request's hold on its key: ``held`` is None when this request owns it now,
+    else the row an earlier request with the same key left (running, or done)."""
 
-    ``identify()`` names the tool (and runner) a replay's audit row is for."""
+    scope: str
+    key: str
+    digest: str
+    held: store.Claimed | None
+
+
+async def claim(
+    rt: Runtime, principal: Principal, key: str, *, target: str, name: str, arguments: dict[str, Any]
+) -> Claim:
+    """Claim (caller, key) for this call with a unique insert: of two requests with one key,
+    exactly one owns it."""
     scope = scope_of(principal)
     digest = request_hash(target, name, arguments)
     now = time.time()
@@ -115,63 +120,54 @@ async def once(
         prune_before = now - rt.settings.idempotency_retention_h * 3600
         _pruned_at[id(rt.db)] = now
     held = await rt.db.writing(lambda w: store.claim(w, scope, key, digest, now, prune_before))
-    if held is not None:
-        result = await _answer_retry(rt, principal, name, held, digest)
-        tool, runner = await identify() if identify is not None else (None, None)
-        await accounting.replayed(rt, principal, name, result, tool=tool, runner=runner)
-        return result
-    try:
-        result = await run()
-    except ApplianceError:
-        # Refused before anything left (or its record failed): a retry may run it.
-        await rt.db.writing(lambda w: store.release(w, scope, key))
-        raise
-    except BaseException:
-        # Cut off mid-call: the upstream may have acted. Stored as we unwind, not awaited.
-        task = asyncio.ensure_future(_finish_quietly(rt, scope, key))
-        _finishing.add(task)
-        task.add_done_callback(_finishing.discard)
-        raise
-    await _finish(rt, scope, key, result)
-    return result
+    return Claim(scope, key, digest, held)
 
 
-async def _finish(rt: Runtime, scope: str, key: str, result: CallResult) -> None:
+def stored(claim: Claim) -> CallResult:
+    """The result a retry replays, or the conflict it gets instead (nothing runs either way)."""
+    held = claim.held
+    assert held is not None
+    if held.request_hash != claim.digest:
+        raise IdempotencyConflict(
+            "this idempotency key was used for a different call (another tool or other "
+            "arguments); nothing was run. Use a new key for a new call.",
+            reason="idempotency_key_reused",
+            field=f"_meta.{META_KEY}",
+        )
+    if held.state != "done" or held.result is None:
+        raise IdempotencyConflict(
+            "the first call with this idempotency key is still running; nothing was run. "
+            "Retry shortly to get its result.",
+            reason="idempotency_in_progress",
+            field=f"_meta.{META_KEY}",
+        )
+    return _load(held.result)
+
+
+async def finish(rt: Runtime, claim: Claim, result: CallResult) -> None:
+    """The call's result, stored for every retry (``isError`` results and failures included)."""
     text = _dump(result)
-    await rt.db.writing(lambda w: store.finish(w, scope, key, text))
+    await rt.db.writing(lambda w: store.finish(w, claim.scope, claim.key, text))
 
 
-async def _finish_quietly(rt: Runtime, scope: str, key: str) -> None:
+async def release(rt: Runtime, claim: Claim) -> None:
+    """Refused before anything left (or its record failed): a retry may run it."""
+    await rt.db.writing(lambda w: store.release(w, claim.scope, claim.key))
+
+
+def interrupted(rt: Runtime, claim: Claim) -> None:
+    """Cut off mid-call: the upstream may have acted, so the key never runs the call again.
+    Stored as we unwind, not awaited."""
+    task = asyncio.ensure_future(_finish_quietly(rt, claim))
+    _finishing.add(task)
+    task.add_done_callback(_finishing.discard)
+
+
+async def _finish_quietly(rt: Runtime, claim: Claim) -> None:
     try:
-        await _finish(rt, scope, key, INTERRUPTED)
+        await finish(rt, claim, INTERRUPTED)
     except Exception as exc:  # noqa: BLE001 - nobody awaits this; start-up recovery settles it
         log.warning("idempotency key left running (settled at next start): %s", exc)
-
-
-async def _answer_retry(
-    rt: Runtime, principal: Principal, name: str, held: store.Claimed, digest: str
-) -> CallResult:
-    try:
-        # Retries are requests too: they count against the caller's rate limit.
-        accounting.limit(rt, principal)
-        if held.request_hash != digest:
-            raise IdempotencyConflict(
-                "this idempotency key was used for a different call (another tool or other "
-                "arguments); nothing was run. Use a new key for a new call.",
-                reason="idempotency_key_reused",
-                field=f"_meta.{META_KEY}",
-            )
-        if held.state != "done" or held.result is None:
-            raise IdempotencyConflict(
-                "the first call with this idempotency key is still running; nothing was run. "
-                "Retry shortly to get its result.",
-                reason="idempotency_in_progress",
-                field=f"_meta.{META_KEY}",
-            )
-    except ApplianceError as exc:
-        await accounting.refused(rt, principal, name, exc)
-        raise
-    return _load(held.result)
 
 
 async def recover(rt: Runtime) -> int:

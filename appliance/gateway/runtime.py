@@ -90,6 +90,9 @@ class Runtime:
         )
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
+        # Tool-call attempts between their start and their audit row's acknowledgement
+        # (gateway/pipeline.py): a lone one's row commits on the loop (Book.record's `alone`).
+        self.calls_in_flight = 0
         self._vault: Vault | None = None
         self._parts: Services | None = None  # what open() started, for close()
         # every vault secret's forms, for whatever upstream text comes back (gateway/redaction.py)

@@ -111,9 +111,6 @@ class Book:
         self._generation = -1  # Database.generation after our last commit
         self._data_version: int | None = None
         self._pruned_at = 0.0
-        # Calls between their start and their acknowledgement (``gateway/accounting.py``):
-        # a lone one commits on the loop (``_commit_now``), concurrent ones share a batch.
-        self.calls_open = 0
 
     # -- the spend check ---------------------------------------------------------------
 
@@ -171,13 +168,20 @@ class Book:
         """The call never left: let the reservation go (nothing is written)."""
         self._unhold(res)
 
-    def record(self, row: AuditRow, res: Reservation | None = None) -> asyncio.Future[Any]:
-        """Queue an audit row (and, with a reservation, its charge); resolves once durable."""
+    def record(
+        self, row: AuditRow, res: Reservation | None = None, *, alone: bool = False
+    ) -> asyncio.Future[Any]:
+        """Queue an audit row (and, with a reservation, its charge); resolves once durable.
+
+        ``alone``: the caller knows no other call is between its start and its
+        acknowledgement, so there is no batch to share: the row may commit on the loop
+        (``_commit_now``). Concurrent calls leave it False and share a group commit.
+        """
         if res is not None:
             row.fee = res.fee
             row.at = res.at  # the charge counts in the window it was checked against
         item = _Call(row=row, reservation=res)
-        if self.calls_open == 1 and not self._queue and not self._prune_due():
+        if alone and not self._queue and not self._prune_due():
             done = self._commit_now(item)
             if done is not None:
                 return done

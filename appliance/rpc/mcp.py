@@ -22,10 +22,9 @@ from appliance.errors import (
     MethodNotFound,
     MissingClientCapability,
 )
-from appliance.gateway import accounting, bridge, direct, idempotency
-from appliance.gateway.calls import call_tool, resolve_tool
+from appliance.gateway import accounting, bridge, direct, tool_requests
 from appliance.gateway.runtime import Runtime
-from appliance.models import CallResult, Principal, Tool, Toolkit
+from appliance.models import CallResult, Principal, Toolkit
 from appliance.protocol import versions
 from appliance.protocol.log_levels import LOG_LEVELS, log_rank
 from appliance.protocol.meta import OURS, PROGRESS_TOKEN_KEY, SERVER_INFO_KEY, progress_token
@@ -156,30 +155,6 @@ def _set_level(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-async def _refuse_call(rt: Runtime, ctx: CallContext, params: dict[str, Any], exc: ApplianceError) -> None:
-    """The audit row of a tools/call refused as a whole (its params nest too deep): named by
-    the tool it asked for, a runner's target when that is a plain name."""
-    name = params.get("name")
-    name = name if isinstance(name, str) else None
-    arguments = params.get("arguments")
-    runner = name if name in bridge.RUNNERS else None
-    inner = arguments.get("tool") if runner and isinstance(arguments, dict) else None
-    await accounting.refused(rt, ctx.principal, inner if isinstance(inner, str) else name, exc, runner=runner)
-
-
-def _envelope(params: dict[str, Any]) -> tuple[str, dict[str, Any], str | None]:
-    """A tools/call's name, arguments and idempotency key, or InvalidParams naming the member."""
-    name = params.get("name")
-    if not isinstance(name, str) or not name:
-        raise InvalidParams("'name' must be a non-empty string", field="name")
-    arguments = params.get("arguments", {})
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
-        raise InvalidParams("'arguments' must be an object", field="arguments")
-    return name, arguments, idempotency.key_of(params)
-
-
 async def refused_unreachable(rt: Runtime, principal: Principal, body: bytes, exc: ApplianceError) -> None:
     """A ``tools/call`` sent to a toolkit endpoint the caller cannot reach (no grant, or no
     such toolkit) is refused before any message is served, and audited all the same: an
@@ -190,52 +165,15 @@ async def refused_unreachable(rt: Runtime, principal: Principal, body: bytes, ex
     except ApplianceError:
         return
     if msg.kind == "request" and msg.method == "tools/call" and isinstance(msg.params, dict):
-        await accounting.refused(rt, principal, msg.params.get("name"), exc)
+        await tool_requests.unreachable(rt, principal, msg.params, exc)
 
 
 async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    request = tool_requests.ToolsCall(
+        ctx.principal, params, ctx.toolkit, on_progress=_progress_relay(ctx, params), on_log=_log_relay(ctx)
+    )
     try:
-        name, arguments, key = _envelope(params)
-    except InvalidParams as exc:
-        await accounting.refused(rt, ctx.principal, params.get("name"), exc)  # audited all the same
-        raise
-    relays: dict[str, Any] = {"on_progress": _progress_relay(ctx, params), "on_log": _log_relay(ctx)}
-
-    async def run() -> CallResult:
-        if ctx.toolkit is not None:
-            return await direct.call(rt, ctx.principal, ctx.toolkit, name, arguments, **relays)
-        if name in bridge.BRIDGE_NAMES:
-            return await bridge.call_bridge(rt, ctx.principal, name, arguments, **relays)
-        return await call_tool(rt, ctx.principal, name, arguments, **relays)
-
-    async def identify() -> tuple[Tool | None, str | None]:
-        """The tool (and runner) a replayed call was for, for its audit row."""
-        if ctx.toolkit is not None:
-            return await direct.tool_named(rt, ctx.principal, ctx.toolkit, name), None
-        runner = name if name in bridge.RUNNERS else None
-        inner = arguments.get("tool") if runner else name
-        if not isinstance(inner, str) or inner in bridge.BRIDGE_NAMES:
-            return None, runner
-        try:
-            return await resolve_tool(rt, ctx.principal, inner), runner
-        except ApplianceError:
-            return None, runner  # gone since the first call: the row keeps the name
-
-    try:
-        if key is None or ctx.principal.anonymous:
-            result = await run()
-        else:
-            target = "bridge" if ctx.toolkit is None else f"toolkit:{ctx.toolkit.id}"
-            result = await idempotency.once(
-                rt,
-                ctx.principal,
-                key,
-                target=target,
-                name=name,
-                arguments=arguments,
-                run=run,
-                identify=identify,
-            )
+        result = await tool_requests.serve(rt, request)
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.
@@ -293,10 +231,10 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
     method, params = msg.method, msg.params
     if msg.refusal is not None:
         if method == "tools/call":
-            await _refuse_call(rt, ctx, params, msg.refusal)
+            await tool_requests.refused(rt, ctx.principal, params, msg.refusal)
         raise msg.refusal
-    if method in BROWSE_METHODS and not ctx.principal.anonymous:
-        accounting.limit(rt, ctx.principal, browse=True)
+    if method in BROWSE_METHODS:
+        accounting.admit_browse(rt, ctx.principal)
     if method == "tools/list":
         cursor = params.get("cursor")
         if cursor is not None:

@@ -24,7 +24,7 @@ from appliance import config
 from appliance.errors import InvalidParams, NotFound, ToolNotFound, Unauthorized
 from appliance.gateway import bridge, direct
 from appliance.gateway.backfill import backfill
-from appliance.gateway.calls import call_tool
+from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search, search_tools
 from appliance.models import ANONYMOUS, CallResult, Principal

@@ -378,15 +378,13 @@ def test_a_lone_call_is_committed_on_the_loop_and_concurrent_calls_share_a_batch
     async def scenario() -> None:
         async with opened(tmp_path) as (db, book):
             await grant(book, 5000)
-            book.calls_open = 1
             before = db.inline_commits
             res = await book.reserve(1, 1, toolkit="kit")
-            durable = book.record(row(), res)
+            durable = book.record(row(), res, alone=True)
             assert durable.done() and db.inline_commits == before + 1
             assert await audit_count(db) == 1
             assert book.balances[1].milli == 4000 and book.balances[1].held_milli == 0
-            book.calls_open = 2
-            queued = book.record(row())
+            queued = book.record(row(), alone=False)  # another call is open
             assert not queued.done() and db.inline_commits == before + 1
             await queued
             assert await audit_count(db) == 2
@@ -402,11 +400,10 @@ def test_a_commit_on_the_loop_steps_aside_while_another_process_writes_and_never
 
     async def scenario() -> None:
         async with opened(tmp_path) as (db, book):
-            book.calls_open = 1
             other = sqlean.connect(str(tmp_path / "t.db"), isolation_level=None)
             other.execute("BEGIN IMMEDIATE")
             started = time.monotonic()
-            durable = book.record(row())
+            durable = book.record(row(), alone=True)
             assert time.monotonic() - started < 0.5  # the busy timeout is 5 s
             assert not durable.done() and db.inline_commits == 0
             other.execute("COMMIT")
@@ -424,12 +421,11 @@ def test_a_slow_commit_on_the_loop_sends_the_next_ones_to_the_writer_thread(
 ) -> None:
     async def scenario() -> None:
         async with opened(tmp_path) as (db, book):
-            book.calls_open = 1
             monkeypatch.setattr(connection, "INLINE_SLOW_S", -1.0)  # every commit counts as slow
-            assert book.record(row()).done()
+            assert book.record(row(), alone=True).done()
             assert db.inline_commits == 1
             monkeypatch.setattr(connection, "INLINE_SLOW_S", 1.0)
-            durable = book.record(row())
+            durable = book.record(row(), alone=True)
             assert not durable.done()
             await durable
             assert db.inline_commits == 1 and await audit_count(db) == 2
@@ -455,7 +451,7 @@ def test_a_failed_commit_on_the_loop_commits_nothing_and_reports_a_storage_error
                 db.write_now(work)
             async with db.read() as conn:
                 assert await conn.one("SELECT 1 FROM users WHERE name = 'half'") is None
-            book.calls_open = 1  # and the next lone call commits on the loop as before
-            assert book.record(row()).done() and await audit_count(db) == 1
+            # and the next lone call commits on the loop as before
+            assert book.record(row(), alone=True).done() and await audit_count(db) == 1
 
     run(scenario())

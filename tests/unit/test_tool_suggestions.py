@@ -16,7 +16,7 @@ from appliance.catalogue import naming
 from appliance.catalogue.naming import close_names
 from appliance.errors import ToolNotFound
 from appliance.gateway import bridge, direct
-from appliance.gateway.calls import call_tool
+from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR, CallResult, Principal
 from tests.support import worlds

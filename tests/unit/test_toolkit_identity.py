@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from appliance import config
-from appliance.gateway import calls, imports
+from appliance.gateway import calls, imports, pipeline
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
 from appliance.upstream.health import Health, Outcome
@@ -62,14 +62,14 @@ def test_a_toolkit_imported_after_a_broken_one_was_removed_is_called_not_refused
     async def body(serving: Runtime, cli: Runtime, connection: dict[str, Any]) -> None:
         await imports.import_mcp(cli, connection, slug="broken")
         old = await _toolkit_id(serving, "broken")
-        assert (await calls.call_tool(serving, OPERATOR, "broken__hello", {})).is_error is False
+        assert (await pipeline.call_tool(serving, OPERATOR, "broken__hello", {})).is_error is False
         serving.health.observe(old, Outcome.FATAL, "it kept crashing")  # what the probes found
-        refused = await calls.call_tool(serving, OPERATOR, "broken__hello", {})
+        refused = await pipeline.call_tool(serving, OPERATOR, "broken__hello", {})
         assert refused.is_error is True and refused.meta["reason"] == "upstream_broken"
 
         await imports.remove_toolkit(cli if remover == "cli" else serving, "broken")
         await imports.import_mcp(cli, connection, slug="fresh")
-        first = await calls.call_tool(serving, OPERATOR, "fresh__hello", {})
+        first = await pipeline.call_tool(serving, OPERATOR, "fresh__hello", {})
         assert first.is_error is False, first.content
         new = await _toolkit_id(serving, "fresh")
         assert new != old  # the removed toolkit's id is never handed out again
@@ -84,7 +84,7 @@ def test_removing_a_toolkit_drops_what_this_process_kept_for_it(tmp_path: Path) 
     async def body(serving: Runtime, cli: Runtime, connection: dict[str, Any]) -> None:
         await imports.import_mcp(serving, connection, slug="kit")
         kit = await _toolkit_id(serving, "kit")
-        assert (await calls.call_tool(serving, OPERATOR, "kit__hello", {})).is_error is False
+        assert (await pipeline.call_tool(serving, OPERATOR, "kit__hello", {})).is_error is False
         serving.health.observe(kit, Outcome.FATAL, "broken")
         assert serving.mcp.pooled("default.kit") is not None
         assert serving.mcp.processes.get("default.kit") is not None
@@ -107,6 +107,6 @@ def test_a_replaced_mcp_toolkit_is_judged_afresh(tmp_path: Path) -> None:
         serving.health.observe(kit, Outcome.FATAL, "broken")
         await imports.import_mcp(serving, connection, slug="kit", replace=True)
         assert await _toolkit_id(serving, "kit") == kit
-        assert (await calls.call_tool(serving, OPERATOR, "kit__hello", {})).is_error is False
+        assert (await pipeline.call_tool(serving, OPERATOR, "kit__hello", {})).is_error is False
 
     _two_processes(tmp_path, body)
