@@ -14,7 +14,7 @@ from typing import Any
 from appliance.gateway.credentials import PreparedCall
 from appliance.ledger.book import Reservation
 from appliance.models import CallResult, Principal, Tool
-from appliance.upstream.mcp_session import LogRelay, ProgressCallback
+from appliance.protocol.relays import LogRelay, ProgressCallback
 
 
 @dataclass(slots=True)

@@ -21,8 +21,8 @@ from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
+from appliance.protocol.relays import LogRelay, ProgressCallback
 from appliance.search.text import MAX_QUERY_CHARS
-from appliance.upstream.mcp_session import LogRelay, ProgressCallback
 
 _PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
 _RUN_SCHEMA = {

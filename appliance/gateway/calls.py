@@ -18,7 +18,7 @@ from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.protocol import param_headers
-from appliance.upstream.mcp_session import LogRelay, ProgressCallback
+from appliance.protocol.relays import LogRelay, ProgressCallback
 from appliance.upstream.openapi_call import call_operation
 
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}

@@ -21,7 +21,7 @@ from appliance.gateway.calls import unknown_tool
 from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
-from appliance.upstream.mcp_session import LogRelay, ProgressCallback
+from appliance.protocol.relays import LogRelay, ProgressCallback
 
 
 def own_name(tool: Tool) -> str:

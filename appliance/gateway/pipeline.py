@@ -29,7 +29,7 @@ from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
 from appliance.models import CallResult, Principal, Tool
-from appliance.upstream.mcp_session import LogRelay, ProgressCallback
+from appliance.protocol.relays import LogRelay, ProgressCallback
 
 
 def call_tool(
