@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import pytest
 
@@ -36,12 +36,12 @@ CLIENT_SCENARIOS = ("initialize", "tools_call", "sse-retry")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, suite.Run]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AuthProxy, Path]]:
+    """The gateway with the conformance fixture imported, behind the key-adding forwarder."""
     suite.environment()  # fails early, with the fix, when the npm peers are missing
     work = tmp_path_factory.mktemp("conformance")
     port = free_port()
     argv = [sys.executable, str(FIXTURE), "--port", str(port)]
-    results: dict[str, suite.Run] = {}
     with peer(argv, port, work / "fixture.log"), running_appliance(work / "data") as app:
         done = cli(
             app.data_dir,
@@ -54,68 +54,102 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, suite.R
         )
         assert done.returncode == 0, done.stderr
         with AuthProxy(int(app.base_url.rsplit(":", 1)[1]), app.key) as proxy:
-            for endpoint, path in ENDPOINTS.items():
-                for spec in suite.SPEC_VERSIONS:
-                    out = work / f"server{path.replace('/', '-')}-{spec}"
-                    args = ["--url", proxy.url(path), "--suite", "all", "--spec-version", spec]
-                    run = suite.run_suite("server", endpoint, spec, [*args, "--timeout", "15000"], out)
-                    results[run.label] = run
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(CLIENT))}"
-    for scenario in CLIENT_SCENARIOS:
-        out = work / f"client-{scenario}"
-        args = ["--command", command, "--scenario", scenario, "--timeout", "20000"]
-        run = suite.run_suite("client", scenario, "(suite default)", args, out)
-        results[run.label] = run
-    yield results
+            yield proxy, work
 
 
-def _judged(runs: dict[str, suite.Run], request: pytest.FixtureRequest, mode: str) -> list[Any]:
-    baseline = suite.load_baseline()[mode]
-    judged = [(run, suite.judge(run, baseline)) for run in runs.values() if run.mode == mode]
-    lines = request.config.stash.setdefault(suite.SUMMARY, [])
-    lines.extend(suite.summary_line(run, verdict) for run, verdict in judged)
-    return judged
+class Runs:
+    """Each suite run once per module, whichever test asks for it first: one run per test
+    keeps every test within the per-test timeout, and the checks across all runs (the
+    baseline entries that matched nothing) reuse them."""
+
+    def __init__(self, request: pytest.FixtureRequest, work: Path) -> None:
+        self._request = request
+        self._work = work
+        self._done: dict[tuple[str, str], suite.Run] = {}
+
+    def server(self, endpoint: str, spec: str) -> suite.Run:
+        key = (endpoint, spec)
+        if key not in self._done:
+            proxy, work = self._request.getfixturevalue("served")
+            path = ENDPOINTS[endpoint]
+            out = work / f"server{path.replace('/', '-')}-{spec}"
+            args = ["--url", proxy.url(path), "--suite", "all", "--spec-version", spec]
+            self._done[key] = suite.run_suite("server", endpoint, spec, [*args, "--timeout", "15000"], out)
+        return self._done[key]
+
+    def client(self, scenario: str) -> suite.Run:
+        key = ("client", scenario)
+        if key not in self._done:
+            out = self._work / f"client-{scenario}"
+            command = f"{shlex.quote(sys.executable)} {shlex.quote(str(CLIENT))}"
+            args = ["--command", command, "--scenario", scenario, "--timeout", "20000"]
+            self._done[key] = suite.run_suite("client", scenario, "(suite default)", args, out)
+        return self._done[key]
+
+    def every(self, mode: str) -> list[suite.Run]:
+        if mode == "server":
+            return [self.server(e, s) for e in ENDPOINTS for s in suite.SPEC_VERSIONS]
+        return [self.client(scenario) for scenario in CLIENT_SCENARIOS]
 
 
-def _check(judged: list[Any], baseline: dict[str, Any]) -> None:
-    problems = [f"{run.label}: UNEXPECTED {u}" for run, v in judged for u in v.unexpected]
-    problems += [f"{run.label}: STALE baseline entry {s}" for run, v in judged for s in v.stale]
-    used = set().union(*(v.used for _, v in judged))
-    problems += [
-        f"baseline entry {key!r} matched no failure in any run" for key in baseline if key not in used
-    ]
+@pytest.fixture(scope="module")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    return Runs(request, tmp_path_factory.mktemp("conformance-client"))
+
+
+def _judged(run: suite.Run, request: pytest.FixtureRequest) -> suite.Verdict:
+    verdict = suite.judge(run, suite.load_baseline()[run.mode])
+    request.config.stash.setdefault(suite.SUMMARY, []).append(suite.summary_line(run, verdict))
+    return verdict
+
+
+def _check(run: suite.Run, verdict: suite.Verdict) -> None:
+    problems = [f"{run.label}: UNEXPECTED {u}" for u in verdict.unexpected]
+    problems += [f"{run.label}: STALE baseline entry {s}" for s in verdict.stale]
     assert not problems, "\n".join(problems)
 
 
+SERVER_RUNS = [pytest.param(e, s, id=f"{e}-{s}") for e in ENDPOINTS for s in suite.SPEC_VERSIONS]
+
+
+@pytest.mark.parametrize(("endpoint", "spec"), SERVER_RUNS)
 def test_server_scenarios_pass_on_the_toolkit_endpoint_and_the_bridge(
-    runs: dict[str, suite.Run], request: pytest.FixtureRequest
+    runs: Runs, request: pytest.FixtureRequest, endpoint: str, spec: str
 ) -> None:
-    judged = _judged(runs, request, "server")
-    assert {(run.endpoint, run.spec) for run, _ in judged} == {
-        (e, s) for e in ENDPOINTS for s in suite.SPEC_VERSIONS
-    }
+    run = runs.server(endpoint, spec)
+    assert (run.endpoint, run.spec) == (endpoint, spec)
+    verdict = _judged(run, request)
     # What a tool gateway owes its own clients, checked by name so the baseline cannot hide it.
     must_pass = {"tools-list", "tools-call-error", "dns-rebinding-protection", "tools-call-simple-text"}
-    for run, _ in judged:
-        if run.endpoint == "/mcp/conformance":
-            for scenario in must_pass:
-                assert not run.failing(scenario), f"{run.label}: {scenario} fails"
-    _check(judged, suite.load_baseline()["server"])
+    if run.endpoint == "/mcp/conformance":
+        for scenario in must_pass:
+            assert not run.failing(scenario), f"{run.label}: {scenario} fails"
+    _check(run, verdict)
 
 
+@pytest.mark.parametrize("scenario", CLIENT_SCENARIOS)
 def test_client_scenarios_pass_with_the_gateway_as_the_client(
-    runs: dict[str, suite.Run], request: pytest.FixtureRequest
+    runs: Runs, request: pytest.FixtureRequest, scenario: str
 ) -> None:
-    judged = _judged(runs, request, "client")
-    assert {run.endpoint for run, _ in judged} == set(CLIENT_SCENARIOS)
-    for run, _ in judged:
-        assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
-    _check(judged, suite.load_baseline()["client"])
+    run = runs.client(scenario)
+    assert run.endpoint == scenario
+    verdict = _judged(run, request)
+    assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
+    _check(run, verdict)
 
 
-def test_the_suite_ran_every_scenario_it_lists(runs: dict[str, suite.Run]) -> None:
+@pytest.mark.parametrize("mode", ["server", "client"])
+def test_every_baseline_entry_matches_a_failure_in_some_run(runs: Runs, mode: str) -> None:
+    baseline = suite.load_baseline()[mode]
+    used = set().union(*(suite.judge(run, baseline).used for run in runs.every(mode)))
+    unused = [f"baseline entry {key!r} matched no failure in any run" for key in baseline if key not in used]
+    assert not unused, "\n".join(unused)
+
+
+@pytest.mark.parametrize("mode", ["server", "client"])
+def test_the_suite_ran_every_scenario_it_lists(runs: Runs, mode: str) -> None:
     """A scenario that silently stopped running would leave its baseline entry unjudged."""
-    for run in runs.values():
+    for run in runs.every(mode):
         assert run.scenarios, run.label
         for scenario, checks in run.scenarios.items():
             assert checks, f"{run.label}: {scenario} reported no checks"

@@ -223,51 +223,6 @@ def test_a_refused_refresh_is_credential_unavailable_without_quoting_the_token_e
     assert [q.path for q in echo.requests[before:]] == ["/oauth/token"]
 
 
-def test_credentials_are_refused_with_the_field_named_and_nothing_is_stored(
-    api: httpx.Client, echo: EchoUpstream
-) -> None:
-    import_echo(api, echo, "echo-bad")
-    cases = [
-        ({"scheme": "magic"}, "scheme"),
-        ({"scheme": "bearer"}, "token"),
-        ({"scheme": "bearer", "token": "short"}, "token"),
-        ({"scheme": "bearer", "token": "line\nbreak-token"}, "token"),
-        ({"scheme": "header", "name": "Host", "value": canary()}, "name"),
-        ({"scheme": "header", "name": "bad name", "value": canary()}, "name"),
-        ({"scheme": "env", "env": {"X": canary()}}, "scheme"),
-        (
-            {
-                "scheme": "oauth2",
-                "token_url": "http://169.254.169.254/token",
-                "client_id": "c",
-                "refresh_token": canary(),
-            },
-            "token_url",
-        ),
-        (
-            {
-                "scheme": "oauth2",
-                "token_url": "file:///etc/passwd",
-                "client_id": "c",
-                "refresh_token": canary(),
-            },
-            "token_url",
-        ),
-    ]
-    for body, field in cases:
-        r = api.put("/api/v1/toolkits/echo-bad/credentials", json=body)
-        assert r.status_code == 422, (body, r.text)
-        error = r.json()["error"]
-        assert error["field"] == field, (body, error)
-        assert "Traceback" not in r.text
-        assert_absent(r.text, *(v for v in body.values() if isinstance(v, str) and v.startswith("CANARY")))
-    assert api.get("/api/v1/toolkits/echo-bad/credentials").json()["set"] is False
-    assert (
-        api.put("/api/v1/toolkits/nope/credentials", json={"scheme": "bearer", "token": canary()}).status_code
-        == 404
-    )
-
-
 def test_a_remote_mcp_server_behind_a_bearer_token_is_imported_through_the_admin_api(
     app: Appliance, api: httpx.Client, tmp_path: Path
 ) -> None:
@@ -324,30 +279,6 @@ def test_a_remote_mcp_server_behind_a_bearer_token_is_imported_through_the_admin
         assert_absent(dry.stdout + dry.stderr, token)
         without = cli(app.data_dir, "import", "mcp", url, "--slug", "by-cli", "--dry-run", env=loopback)
         assert without.returncode == 1 and "rejected the credentials" in without.stderr
-
-
-def test_the_admin_mcp_import_refuses_bad_bodies_and_guarded_urls_naming_the_field(api: httpx.Client) -> None:
-    """SSRF-01 / SSRF-07: a remote MCP URL to an internal address is refused naming the field."""
-    for body, status, field in [
-        ({"url": "http://example.com/mcp"}, 422, "slug"),
-        ({"slug": "x", "url": "ftp://example.com/mcp"}, 422, "url"),
-        ({"slug": "x", "url": "http://169.254.169.254/mcp"}, 422, "url"),
-        ({"slug": "x", "url": "http://127.0.0.1:9/mcp", "transport": "stdio"}, 422, "transport"),
-        (
-            {
-                "slug": "x",
-                "url": "http://127.0.0.1:9/mcp",
-                "auth": {"scheme": "query", "name": "k", "value": "abcdefgh"},
-            },
-            422,
-            "scheme",
-        ),
-        ({"slug": "x", "url": "http://127.0.0.1:9/mcp", "dry_run": "yes"}, 422, "dry_run"),
-    ]:
-        r = api.post("/api/v1/toolkits/mcp", json=body)
-        assert r.status_code == status, (body, r.text)
-        assert r.json()["error"]["field"] == field, (body, r.text)
-        assert "Traceback" not in r.text
 
 
 def test_the_cli_takes_secrets_from_the_environment_or_stdin_never_argv_and_shows_only_metadata(

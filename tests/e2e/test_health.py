@@ -194,21 +194,6 @@ def test_a_stopped_upstream_turns_degraded_then_broken_refuses_calls_at_once_and
     assert set(methods) - {"tools/call"} <= HANDSHAKES, set(methods)
 
 
-def test_health_routes_need_an_admin_key_and_name_unknown_toolkits(tmp_path: Path) -> None:
-    with running_appliance(tmp_path / "data", env={"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}) as app:
-        request = urllib.request.Request(app.base_url + "/api/v1/health/toolkits")
-        with pytest.raises(urllib.error.HTTPError) as denied:
-            urllib.request.urlopen(request, timeout=10)
-        assert denied.value.code == 401
-        denied.value.close()
-        with pytest.raises(urllib.error.HTTPError) as missing:
-            admin(app, "POST", "/api/v1/toolkits/nope/probe")
-        assert missing.value.code == 404
-        missing.value.close()
-        demo = admin(app, "POST", "/api/v1/toolkits/demo/probe")
-        assert demo["probed"] is True and demo["health"] == "active"
-
-
 def import_hanging(app: Appliance, slug: str) -> None:
     """Import ``tests/support/hanging_stdio.py`` as a stdio toolkit and call it once (it runs)."""
     done = cli(app.data_dir, "import", "mcp", "--json", "--slug", slug, "--", sys.executable, str(HANGING))

@@ -74,43 +74,7 @@ def assert_nesting_refused(error: dict[str, Any], code: int, field: str) -> None
     assert f"deeper than {MAX_DEPTH} levels" in error["message"]
 
 
-# -- item 7: one nesting limit at the parser of every face ------------------------------------
-
-
-@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 1020, 5000])
-def test_a_deeply_nested_admin_body_is_a_400_naming_the_problem(http: httpx.Client, depth: int) -> None:
-    body = '{"name": "deep", "is_admin": ' + arrays(depth) + "}"
-    answer = http.post("/api/v1/users", content=body, headers={"Content-Type": "application/json"})
-    assert answer.status_code == 400, answer.text
-    error = answer.json()["error"]
-    assert (error["reason"], error["field"]) == ("invalid_request", "body")
-    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
-    assert "deep" not in {u["name"] for u in http.get("/api/v1/users").json()["users"]}
-
-
-@pytest.mark.parametrize("path", ["/mcp", "/mcp/demo"])
-@pytest.mark.parametrize("depth", [MAX_DEPTH, 990])
-def test_a_runner_with_deeply_nested_arguments_is_refused_and_audited(
-    app: Appliance, http: httpx.Client, path: str, depth: int
-) -> None:
-    headers = session(http, path)
-    name = "use_tool" if path == "/mcp" else "listNotes"
-    before = audit_rows(app)
-    answer = http.post(path, content=deep_call(name, depth), headers=headers)
-    assert answer.status_code == 200, answer.text
-    doc = answer.json()
-    assert doc["id"] == 7
-    assert_nesting_refused(doc["error"], -32602, "params")
-    # A tools/call refused for its shape leaves its row, as any other refused call does.
-    assert audit_rows(app)[len(before) :] == [(name, "use_tool" if name == "use_tool" else None, "invalid")]
-    # A deep notification has nothing to answer with a result: the message itself is refused.
-    note = '{"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": ' + arrays(depth) + "}}"
-    refused = http.post(path, content=note, headers=headers)
-    assert refused.status_code == 400
-    assert_nesting_refused(refused.json()["error"], -32600, "message")
-    # The session still serves.
-    ping = http.post(path, json={"jsonrpc": "2.0", "id": 8, "method": "ping"}, headers=headers)
-    assert ping.json() == {"jsonrpc": "2.0", "id": 8, "result": {}}
+# -- item 7: one nesting limit at the parser of every face (more: tests/rpc/test_nesting.py)
 
 
 def test_a_deeply_nested_message_on_the_legacy_sse_face_is_refused_on_its_stream(
@@ -223,7 +187,7 @@ def test_one_loopback_origin_still_passes(app: Appliance) -> None:
     assert status == 200 and doc["result"]["protocolVersion"] == LEGACY
 
 
-# -- item 9: the size limit stated; a misdirected Host has its own code -----------------------
+# -- item 9: the size limit stated (a misdirected Host: tests/web/test_guards.py) ----------
 
 
 def test_a_body_over_the_limit_is_a_413_stating_the_limit(http: httpx.Client) -> None:
@@ -240,14 +204,6 @@ def test_a_body_over_the_limit_is_a_413_stating_the_limit(http: httpx.Client) ->
     assert answer.status_code == 413
     error = answer.json()["error"]
     assert error["reason"] == "body_too_large" and f"{LIMIT_BYTES} bytes" in error["message"]
-
-
-def test_a_host_not_served_here_is_421_with_its_own_code(http: httpx.Client) -> None:
-    answer = http.post("/mcp", json=INIT, headers={"Host": "evil.example"})
-    assert answer.status_code == 421
-    error = answer.json()["error"]
-    assert (error["code"], error["data"]["reason"]) == (-32005, "misdirected_host")
-    assert error["code"] != -32001  # the rate limiter's code
 
 
 # -- item 2: the search query limit on the CLI ------------------------------------------------

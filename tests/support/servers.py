@@ -67,17 +67,19 @@ def state_files(data_dir: Path) -> dict[str, str]:
 
 
 def import_mcp(app: Appliance, *args: str) -> dict[str, Any]:
-    """``toolspoke import mcp --json ARGS`` with loopback upstreams allowed; its report."""
-    done = cli(
-        app.data_dir,
-        "import",
-        "mcp",
-        "--json",
-        *args,
-        env={"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"},
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    """``toolspoke import mcp --json ARGS`` with loopback upstreams allowed; its report.
+
+    The command runs in this process (click's runner): the same command and the same writes
+    to the data directory the serving appliance reads, without a Python start and the
+    appliance's imports per toolkit (seconds each on a loaded machine, in the module set-ups
+    that import several). The CLI's own tests run it as a process (tests/test_cli.py)."""
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+
+    env = {"TOOLSPOKE_DATA_DIR": str(app.data_dir), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32"}
+    done = CliRunner().invoke(main, ["import", "mcp", "--json", *args], env=env, catch_exceptions=False)
+    assert done.exit_code == 0, done.stderr
     return dict(json.loads(done.stdout))
 
 

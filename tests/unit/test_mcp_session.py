@@ -15,6 +15,7 @@ import pytest
 
 from appliance.errors import UpstreamError
 from appliance.upstream.mcp_session import LogRelay, McpSession, Refused, SessionExpired
+from tests.support.waits import until
 
 Script = Callable[[dict[str, Any], "FakeTransport"], Awaitable[None] | None]
 MODERN_KEY = "io.modelcontextprotocol/protocolVersion"
@@ -418,7 +419,7 @@ def test_progress_reaches_the_callback_of_its_own_request_only() -> None:
             session.call_tool("a", {}, timeout_s=5, on_progress=lambda p: seen["a"].append(p["progress"])),
             session.call_tool("b", {}, timeout_s=5, on_progress=async_cb),
         )
-        await asyncio.sleep(0.01)  # let the async callback's task run
+        await until("the async callback's task to run", lambda: seen["b"] == [1, 2])
         assert seen == {"a": [1, 2], "b": [1, 2]}
         await session.aclose()
 
@@ -456,7 +457,9 @@ def test_a_silent_upstream_times_out_and_is_told_the_request_was_cancelled() -> 
             await session.call_tool("slow", {}, timeout_s=0.2)
         assert info.value.reason == "upstream_timeout"
         assert time.monotonic() - started < 1.5
-        await asyncio.sleep(0.01)
+        await until(
+            "the cancellation sent", lambda: any(m.get("method") == "notifications/cancelled" for m in t.sent)
+        )
         call = next(m for m in t.sent if m.get("method") == "tools/call")
         cancels = [m for m in t.sent if m.get("method") == "notifications/cancelled"]
         assert [c["params"]["requestId"] for c in cancels] == [call["id"]]
@@ -486,11 +489,11 @@ def test_a_cancelled_caller_cancels_the_request_upstream() -> None:
     async def main() -> None:
         session, t = await connected(legacy_server(lambda m, t: None))
         task = asyncio.create_task(session.call_tool("slow", {}, timeout_s=30))
-        await asyncio.sleep(0.05)
+        await until("the call sent", lambda: any(m.get("method") == "tools/call" for m in t.sent))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.sleep(0.01)
+        await until("the cancellation sent", lambda: t.sent[-1].get("method") == "notifications/cancelled")
         assert [m["method"] for m in t.sent[-2:]] == ["tools/call", "notifications/cancelled"]
         await session.aclose()
 
@@ -510,6 +513,7 @@ def test_the_modern_era_on_a_request_scoped_transport_cancels_by_closing_not_by_
         await session.connect(timeout_s=5)
         with pytest.raises(UpstreamError):
             await session.call_tool("slow", {}, timeout_s=0.1)
+        # An absence: nothing to wait for, so a moment for a wrongly sent message to show.
         await asyncio.sleep(0.01)
         # No notifications/cancelled and no reply POSTs: neither exists in this era on HTTP.
         assert transport.sent_methods() == ["server/discover", "tools/call"]
@@ -522,9 +526,11 @@ def test_a_lost_connection_fails_every_open_request_and_later_ones() -> None:
     """UP-08: a lost connection fails every open request at once."""
 
     async def main() -> None:
-        session, _ = await connected(legacy_server(lambda m, t: None))
+        session, t = await connected(legacy_server(lambda m, t: None))
         calls = [asyncio.create_task(session.call_tool("x", {}, timeout_s=30)) for _ in range(3)]
-        await asyncio.sleep(0.05)
+        await until(
+            "the three calls sent", lambda: [m.get("method") for m in t.sent].count("tools/call") == 3
+        )
         session.closed(UpstreamError("the stream closed", reason="upstream_unavailable"))
         for call in calls:
             with pytest.raises(UpstreamError) as info:
