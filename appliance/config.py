@@ -381,7 +381,7 @@ class Settings:
         "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is refused with "
         "429 `too_many_streams`.",
     )
-    # -- local stdio MCP toolkits (upstream/processes.py) --------------------------------------
+    # -- local stdio MCP toolkits (children/processes.py) --------------------------------------
     stdio_allowed_commands: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_ALLOWED_COMMANDS",
         ("npx", "uvx", "node", "python3", "python", "deno"),

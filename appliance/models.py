@@ -92,7 +92,7 @@ class Toolkit:
     tool_count: int
     created_at: str
     updated_at: str
-    # Upstream health (see upstream/health.py); catalogue toolkits stay "active".
+    # Upstream health (see gateway/health_machine.py); catalogue toolkits stay "active".
     health: str = "active"
     health_reason: str = ""
     health_changed_at: str | None = None

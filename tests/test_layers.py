@@ -1,6 +1,6 @@
 """The house plan of ``appliance/`` as data, and the tree held to it.
 
-Each part lists the parts it may import (nothing is allowed by level alone: ``upstream/``
+Each part lists the parts it may import (nothing is allowed by level alone: ``egress/``
 sits beside ``db/`` and may not import it). The faces (``rpc``, ``web``, ``cli``) reach
 storage and the rooms only through the gateway, and no room imports another. A library
 lives in its home; SQL text only in ``db/`` and the rooms that own the tables; only
@@ -32,9 +32,9 @@ PKG = Path(__file__).resolve().parents[1] / "appliance"
 BASELINE = Path(__file__).resolve().parent / "layers-baseline.txt"
 
 FLOOR = frozenset({"__init__", "errors"})  # the version string and the error tree: for all
-ROOMS = ("catalogue", "search", "vault", "access", "ledger", "upstream")
+ROOMS = ("catalogue", "search", "vault", "access", "ledger", "egress", "children", "mcpclient")
 FACES = ("rpc", "web", "cli")
-# the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and upstream/ alike
+# the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and the MCP client alike
 PROTOCOL = "protocol"
 
 IMPORTS: dict[str, frozenset[str]] = {
@@ -50,16 +50,21 @@ IMPORTS: dict[str, frozenset[str]] = {
     "access": FLOOR | {"db", "models"},
     "ledger": FLOOR | {"db", "models"},
     "vault": FLOOR | {"db", "models", "config", "secret"},
-    # egress and the MCP client: no storage, so no db/
-    "upstream": FLOOR | {"models", "config", "secret", PROTOCOL},
+    # HTTP egress and the stdio children: no storage, so no db/
+    "egress": FLOOR | {"models", "config", "secret", PROTOCOL},
+    "children": FLOOR | {"models", "config", "secret", PROTOCOL},
+    # the MCP client speaks over both: the one room that stands on other rooms
+    "mcpclient": FLOOR | {"models", "config", "secret", PROTOCOL, "egress", "children"},
     "gateway": FLOOR | {"secret", "config", "models", PROTOCOL, "db", *ROOMS},
     "rpc": FLOOR | {"models", PROTOCOL, "gateway"},
     "web": FLOOR | {"config", "models", PROTOCOL, "gateway", "rpc"},
     "cli": FLOOR | {"config", "models", "gateway", "web"},
     "__main__": frozenset({"cli"}),
 }
+# the MCP client over HTTP egress and the stdio children: the two pairs of rooms that may meet
+CLIENT_OVER = {frozenset(("mcpclient", "egress")), frozenset(("mcpclient", "children"))}
 NEVER = frozenset(
-    {frozenset((a, b)) for i, a in enumerate(ROOMS) for b in ROOMS[i + 1 :]}  # rooms apart
+    {frozenset((a, b)) for i, a in enumerate(ROOMS) for b in ROOMS[i + 1 :]} - CLIENT_OVER  # rooms apart
     | {frozenset((face, low)) for face in FACES for low in ("db", *ROOMS)}  # faces via gateway
 )
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -71,7 +76,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "sqlean": ("db",),
     "sqlite_vec": ("db",),
     "cryptography": ("vault/crypto",),
-    "httpx": ("upstream",),
+    "httpx": ("egress", "mcpclient/http_transport"),
     "ahocorasick": ("secret",),
     "onnxruntime": ("search/embedders",),
     "tokenizers": ("search/embedders",),
@@ -141,7 +146,7 @@ def test_a_planted_tree_that_keeps_the_plan_passes(tmp_path: Path) -> None:
                 import orjson
                 from appliance import __version__
                 from appliance.db import connection
-                from appliance.upstream import guard
+                from appliance.egress import guard
                 from . import sibling
                 from ..access import keys
                 QUERY_MESSAGE = "delete from the vault first, then select a toolkit from the list where it is"
@@ -151,7 +156,7 @@ def test_a_planted_tree_that_keeps_the_plan_passes(tmp_path: Path) -> None:
             "db/connection.py": 'SQL = "SELECT id FROM users WHERE name = ?"\n',
             "access/keys.py": "from appliance.db import connection\n",
             "config.py": "import os\nHOME = os.environ.get('HOME')\n",
-            "upstream/guard.py": "import httpx\n",
+            "egress/guard.py": "import httpx\n",
         },
     )
     assert check(root, PLAN) == []
@@ -161,11 +166,11 @@ def test_a_wrong_way_import_is_reported(tmp_path: Path) -> None:
     root = _plant(tmp_path, {"gateway/bad.py": "from appliance.web.app import create_app\n"})
     assert _keys(root) == ["import gateway/bad.py -> appliance.web.app"]
     root = _plant(
-        tmp_path / "b", {"upstream/bad.py": "from appliance.db import connection\n", "db/connection.py": ""}
+        tmp_path / "b", {"egress/bad.py": "from appliance.db import connection\n", "db/connection.py": ""}
     )
     (violation,) = check(root, PLAN)
-    assert violation.key == "import upstream/bad.py -> appliance.db.connection"
-    assert "upstream may not import db" in violation.detail
+    assert violation.key == "import egress/bad.py -> appliance.db.connection"
+    assert "egress may not import db" in violation.detail
 
 
 def test_a_forbidden_pair_is_reported_in_both_directions(tmp_path: Path) -> None:
@@ -190,8 +195,8 @@ def test_a_relative_import_is_resolved_and_reported_when_it_crosses_a_boundary(t
     root = _plant(
         tmp_path,
         {
-            "upstream/bad.py": "from ..db import connection\n",
-            "upstream/inner/deep.py": "from ...gateway import runtime\n",
+            "egress/bad.py": "from ..db import connection\n",
+            "egress/inner/deep.py": "from ...gateway import runtime\n",
             "web/bad.py": "from .. import access\n",
             "web/worse.py": "from .... import anything\n",
             "db/connection.py": "",
@@ -199,8 +204,8 @@ def test_a_relative_import_is_resolved_and_reported_when_it_crosses_a_boundary(t
         },
     )
     assert _keys(root) == [
-        "import upstream/bad.py -> appliance.db.connection",
-        "import upstream/inner/deep.py -> appliance.gateway.runtime",
+        "import egress/bad.py -> appliance.db.connection",
+        "import egress/inner/deep.py -> appliance.gateway.runtime",
         "import web/bad.py -> appliance.access",
         "import web/worse.py -> ....",
     ]

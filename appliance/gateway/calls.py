@@ -12,6 +12,7 @@ from typing import Any
 from appliance.access import visibility
 from appliance.catalogue import naming, store
 from appliance.db import SyncReader
+from appliance.egress.openapi_call import call_operation
 from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
 from appliance.gateway import credentials
 from appliance.gateway.health_state import watched
@@ -19,7 +20,6 @@ from appliance.gateway.runtime import Runtime
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.protocol import param_headers
 from appliance.protocol.relays import LogRelay, ProgressCallback
-from appliance.upstream.openapi_call import call_operation
 
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
 

@@ -16,14 +16,14 @@ from typing import Any
 
 from appliance.catalogue import store, sync_store
 from appliance.db import ReadConn, SyncReader
+from appliance.egress.auth import MCP_HTTP_SCHEMES, MCP_STDIO_SCHEMES, SCHEMES, Authorizer, UpstreamAuth
+from appliance.egress.oauth import OAuthGrant
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.gateway import redaction
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Tool
 from appliance.protocol.relays import LogRelay, ProgressCallback
 from appliance.secret import MIN_FORM, NO_NEEDLES, Needles, Redactor, Secret
-from appliance.upstream.auth import MCP_HTTP_SCHEMES, MCP_STDIO_SCHEMES, SCHEMES, Authorizer, UpstreamAuth
-from appliance.upstream.oauth import OAuthGrant
 from appliance.vault import store as vault_store
 from appliance.vault.crypto import SealError
 

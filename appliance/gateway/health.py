@@ -11,7 +11,7 @@ never counted against rate limits, always through the egress guard, always with 
   child that runs but answers nothing (hung) turns degraded, then broken. A crashed child
   is restarted through the pool (its handshake is the probe), because a broken toolkit
   refuses calls and nothing else would ever start it again.
-- OpenAPI: DNS through the guard plus a bare TCP connect (``upstream/reach.py``); no HTTP
+- OpenAPI: DNS through the guard plus a bare TCP connect (``egress/reach.py``); no HTTP
   request, because even a HEAD or GET may act, cost or count upstream.
 - Catalogue toolkits have no upstream: not probed.
 
@@ -27,15 +27,15 @@ import logging
 from typing import Any
 
 from appliance.catalogue import store
+from appliance.children.processes import State
+from appliance.egress.reach import tcp_reachable
 from appliance.errors import NotFound, UpstreamError
 from appliance.gateway import credentials
 from appliance.gateway.calls import pool_key
+from appliance.gateway.health_machine import Health, HealthState, Outcome
 from appliance.gateway.health_state import record
 from appliance.gateway.runtime import Runtime
 from appliance.models import Toolkit
-from appliance.upstream.health import Health, HealthState, Outcome
-from appliance.upstream.processes import State
-from appliance.upstream.reach import tcp_reachable
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 from appliance.catalogue import store
 from appliance.errors import StorageError, UpstreamError
 from appliance.gateway import redaction
+from appliance.gateway.health_machine import Health, Outcome, Transition
 from appliance.gateway.runtime import Runtime
 from appliance.models import Tool
-from appliance.upstream.health import Health, Outcome, Transition
 
 log = logging.getLogger(__name__)
 

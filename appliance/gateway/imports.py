@@ -20,6 +20,7 @@ from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
+from appliance.children.processes import StdioSpec, check_spec
 from appliance.errors import ApplianceError, ImportFailed, UpstreamError
 from appliance.gateway import demo_api, redaction
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
@@ -28,7 +29,6 @@ from appliance.gateway.sync import index_ids
 from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
 from appliance.secret import Redactor
-from appliance.upstream.processes import StdioSpec, check_spec
 
 log = logging.getLogger(__name__)
 NO_BASE_URL = "the spec names no absolute server URL"

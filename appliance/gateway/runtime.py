@@ -15,22 +15,22 @@ import os
 from pathlib import Path
 
 from appliance import __version__
+from appliance.children.processes import ProcessRegistry, StdioPolicy
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.egress.oauth import TokenCache
+from appliance.egress.transport import Egress
 from appliance.gateway import demo_api
+from appliance.gateway.health_machine import HealthBook, thresholds_from
 from appliance.gateway.redaction import VaultNeedles
 from appliance.gateway.semantic import Semantic
 from appliance.gateway.services import Service, Services, at_once
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
+from appliance.mcpclient.pool import McpPool
 from appliance.secret import install_log_redaction
-from appliance.upstream.health import HealthBook, thresholds_from
-from appliance.upstream.mcp_pool import McpPool
-from appliance.upstream.oauth import TokenCache
-from appliance.upstream.processes import ProcessRegistry, StdioPolicy
-from appliance.upstream.transport import Egress
 from appliance.vault.keyring import Vault
 
 log = logging.getLogger(__name__)

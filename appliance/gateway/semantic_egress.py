@@ -1,7 +1,7 @@
 """The embeddings endpoint's way out: the egress path, opened for the operator's origin only.
 
 ``HttpEmbedder`` (``search/embedders.py``) holds no transport code; it is handed an
-``EmbeddingsEgress``, whose ``post`` sends through ``upstream/transport.py``'s ``Egress`` like
+``EmbeddingsEgress``, whose ``post`` sends through ``egress/transport.py``'s ``Egress`` like
 every other request the appliance makes: the host resolved and checked per request and the
 connection pinned to the checked address (no DNS rebinding), redirects refused, the decoded
 body capped, one total deadline.
@@ -26,10 +26,10 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 
+from appliance.egress.guard import EgressPolicy, Resolver
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
 from appliance.search.embedders import EmbeddingError
-from appliance.upstream.guard import EgressPolicy, Resolver
-from appliance.upstream.transport import Egress
 
 ENDPOINT = "the embeddings endpoint"
 

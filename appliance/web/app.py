@@ -63,7 +63,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.config.TOUCHUP = _touchup_possible()
     # uvloop where installed (less CPU per call than the stock loop; `toolspoke stdio` uses
     # it too, cli/common.py); the stock asyncio loop where it is absent (Windows, PyPy). The
-    # stdio supervisor spawns and watches children itself (upstream/spawn.py), alike on both.
+    # stdio supervisor spawns and watches children itself (children/spawn.py), alike on both.
     app.config.USE_UVLOOP = importlib.util.find_spec("uvloop") is not None
     app.config.REQUEST_MAX_SIZE = settings.max_request_bytes
     app.config.REQUEST_TIMEOUT = 30

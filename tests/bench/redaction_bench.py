@@ -17,10 +17,10 @@ import string
 import time
 from collections.abc import Callable
 
+from appliance.egress.auth import UpstreamAuth
 from appliance.gateway.credentials import PreparedCall
 from appliance.models import CallResult
 from appliance.secret import Needles, Secret
-from appliance.upstream.auth import UpstreamAuth
 
 
 def best(fn: Callable[[], object], runs: int) -> float:

@@ -28,9 +28,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance import config
+from appliance.egress.guard import Address, EgressPolicy, Resolver, parse_address
+from appliance.egress.transport import Egress
 from appliance.gateway.runtime import Runtime
-from appliance.upstream.guard import Address, EgressPolicy, Resolver, parse_address
-from appliance.upstream.transport import Egress
 from appliance.vault import store
 from appliance.vault.crypto import Sealer, context, new_key
 from tests.support.vault_seed import seed_credentials

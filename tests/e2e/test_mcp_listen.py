@@ -87,7 +87,7 @@ def test_a_2026_upstream_s_tools_list_changed_on_its_listen_stream_resyncs_the_t
 
 
 # Longer than the suite's 30 s: the gateway re-listens with a back-off doubling from 1 s
-# (upstream/mcp_listen.py) while the upstream restarts, and the test waits that out (up to
+# (mcpclient/listen.py) while the upstream restarts, and the test waits that out (up to
 # 30 s for the reopened stream); that back-off is the behaviour under test.
 @pytest.mark.timeout(75)
 def test_a_broken_listen_stream_is_reopened_and_the_toolkit_resynced_for_what_it_missed(

@@ -23,16 +23,16 @@ from typing import Any
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.transport import Egress, HttpStream
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.mcp_http import (
+from appliance.mcpclient.http_transport import (
     LegacySseTransport,
     StreamableHttpTransport,
     connect_http,
     connect_sse,
 )
-from appliance.upstream.mcp_session import McpSession
-from appliance.upstream.transport import Egress, HttpStream
+from appliance.mcpclient.session import McpSession
 from tests.support.peers import EVERYTHING, UPSTREAM, free_port, peer
 
 pytestmark = pytest.mark.e2e

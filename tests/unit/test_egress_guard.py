@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import pytest
 
 from appliance.config import load
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.transport import Egress
 from tests.unit.upstream_server import RecordingServer, self_signed, serving
 
 T = TypeVar("T")

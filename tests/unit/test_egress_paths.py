@@ -19,15 +19,15 @@ import pytest
 
 from appliance import config
 from appliance.catalogue.openapi import convert_openapi
+from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
+from appliance.egress.auth import Authorizer, UpstreamAuth
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.oauth import OAuthGrant, TokenCache
+from appliance.egress.openapi_call import call_operation
+from appliance.egress.reach import tcp_reachable
+from appliance.egress.transport import Egress
 from appliance.errors import ConfigError, UpstreamError
 from appliance.secret import REDACTED, Redactor, Secret, secret_forms
-from appliance.upstream.auth import Authorizer, UpstreamAuth
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.oauth import OAuthGrant, TokenCache
-from appliance.upstream.openapi_call import call_operation
-from appliance.upstream.processes import StdioPolicy, StdioProcess, StdioSpec
-from appliance.upstream.reach import tcp_reachable
-from appliance.upstream.transport import Egress
 from tests.support.echo_upstream import EchoUpstream
 from tests.support.loops import LOOPS, LoopFactory, run_on
 from tests.unit.test_egress_guard import refusal, run, upstream
@@ -355,7 +355,7 @@ def test_an_oauth_call_answered_401_is_refreshed_and_sent_once_more_never_in_a_l
 def test_progress_and_log_messages_relayed_during_a_call_are_redacted_too() -> None:
     """VAULT-01 / I-4: secrets echoed in relayed progress and log messages are redacted."""
     from appliance.gateway.credentials import PreparedCall
-    from appliance.upstream.mcp_session import LogRelay
+    from appliance.mcpclient.session import LogRelay
 
     got: list[dict[str, Any]] = []
     prepared = PreparedCall(

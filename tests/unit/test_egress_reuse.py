@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.transport import Egress
 from tests.unit.upstream_server import serving
 
 T = TypeVar("T")

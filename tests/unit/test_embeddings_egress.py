@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 
 from appliance import config
+from appliance.egress.guard import EgressPolicy, Resolver
 from appliance.errors import ConfigError, UpstreamError
 from appliance.gateway.imports import import_openapi
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.semantic import build_provider
 from appliance.gateway.semantic_egress import EmbeddingsEgress
 from appliance.search.embedders import ANSWER_MAX_DIMENSIONS, EmbeddingError, HttpEmbedder, answer_cap
-from appliance.upstream.guard import EgressPolicy, Resolver
 from tests.support.embeddings_server import DIM, EmbeddingsServer, with_provider_runtime
 
 T = TypeVar("T")

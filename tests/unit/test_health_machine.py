@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.upstream.health import Health, HealthBook, HealthState, Outcome, Thresholds
+from appliance.gateway.health_machine import Health, HealthBook, HealthState, Outcome, Thresholds
 
 OK, SLOW, FAIL, FATAL, STARTING = Outcome.OK, Outcome.SLOW, Outcome.FAIL, Outcome.FATAL, Outcome.STARTING
 LIMITS = Thresholds(degraded_after=2, broken_after=4, recover_after=2, slow_s=5.0)

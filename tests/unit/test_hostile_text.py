@@ -20,14 +20,16 @@ from typing import Any
 import pytest
 
 from appliance.catalogue import naming, openapi, openapi_operation
+from appliance.children import spec as stdio_spec
+from appliance.egress import guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway import credentials, patterns
 from appliance.gateway.validation import validate_arguments
+from appliance.mcpclient import http_transport as mcp_http
 from appliance.protocol import param_headers
 from appliance.rpc import jsonrpc
 from appliance.search import text
 from appliance.secret import Redactor
-from appliance.upstream import guard, http1, mcp_http, oauth, openapi_call, stdio_spec
 
 RATIO = 8.0
 APPLIANCE = Path(__file__).resolve().parents[2] / "appliance"

@@ -1,4 +1,4 @@
-"""The egress client's own HTTP/1.1 (``upstream/http1.py``) against scripted raw servers.
+"""The egress client's own HTTP/1.1 (``egress/http1.py``) against scripted raw servers.
 
 Each server is a real socket on loopback that answers every request with the bytes a test
 gives it, so framing cases that well-behaved servers never produce (chunked bodies with
@@ -12,10 +12,10 @@ import asyncio
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.http1 import Body, Pool
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.http1 import Body, Pool
-from appliance.upstream.transport import Egress
 
 OPEN = ("127.0.0.1/32",)
 

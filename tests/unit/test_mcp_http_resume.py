@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.mcp_http import SseDecoder, connect_http
-from appliance.upstream.transport import Egress
+from appliance.mcpclient.http_transport import SseDecoder, connect_http
 
 LOOPBACK_OPEN = ("127.0.0.1/32",)
 SESSION_ID = "resume-session-1"

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
+from appliance.mcpclient.http_transport import SseDecoder, SseEvent
 from appliance.protocol.param_headers import encode as _header_value
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.mcp_http import SseDecoder, SseEvent
-from appliance.upstream.transport import Egress
 from tests.unit.upstream_server import RecordingServer, serving
 
 LOOPBACK_OPEN = ("127.0.0.1/32",)

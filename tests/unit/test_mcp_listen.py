@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 from appliance.errors import UpstreamError
-from appliance.upstream.mcp_listen import MAX_FAILURES, Listener
+from appliance.mcpclient.listen import MAX_FAILURES, Listener
 
 
 class ScriptedSession:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from appliance.errors import UpstreamError
-from appliance.upstream.mcp_session import LogRelay, McpSession, Refused, SessionExpired
+from appliance.mcpclient.session import LogRelay, McpSession, Refused, SessionExpired
 from tests.support.waits import until
 
 Script = Callable[[dict[str, Any], "FakeTransport"], Awaitable[None] | None]

@@ -14,11 +14,11 @@ from urllib.parse import parse_qsl
 
 import pytest
 
+from appliance.egress.guard import EgressPolicy
+from appliance.egress.openapi_call import call_operation, to_call_result
+from appliance.egress.transport import Egress, HttpResponse
 from appliance.errors import ArgumentsInvalid, UpstreamError
 from appliance.models import CallResult, HttpBinding, ParamBinding
-from appliance.upstream.guard import EgressPolicy
-from appliance.upstream.openapi_call import call_operation, to_call_result
-from appliance.upstream.transport import Egress, HttpResponse
 from tests.unit.upstream_server import RecordingServer, serving
 
 T = TypeVar("T")

@@ -21,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from appliance.errors import UpstreamError
-from appliance.upstream import spawn
-from appliance.upstream.processes import (
+from appliance.children import spawn
+from appliance.children.processes import (
     ProcessRegistry,
     State,
     StdioPolicy,
@@ -32,6 +31,7 @@ from appliance.upstream.processes import (
     StdioSpecRejected,
     check_spec,
 )
+from appliance.errors import UpstreamError
 from tests.support.loops import LOOPS, LoopFactory, run_on
 
 PY = sys.executable
@@ -265,7 +265,7 @@ def test_non_json_stdout_lines_are_dropped_with_a_log_line(
         assert await proc.read_line() == b'{"ok": 1}'
         await proc.aclose()
 
-    with caplog.at_level(logging.INFO, logger="appliance.upstream.processes"):
+    with caplog.at_level(logging.INFO, logger="appliance.children.processes"):
         run(main())
     assert any("dropped non-JSON stdout line" in r.getMessage() for r in caplog.records)
 
@@ -469,7 +469,7 @@ def test_a_stderr_flood_is_drained_and_only_the_last_lines_kept(
         assert all(len(line) <= 2000 for line in tail)
         await proc.aclose()
 
-    with caplog.at_level(logging.INFO, logger="appliance.upstream.processes"):
+    with caplog.at_level(logging.INFO, logger="appliance.children.processes"):
         run(main())
     stderr_records = [r for r in caplog.records if "stderr:" in r.getMessage()]
     assert len(stderr_records) < 1000  # rate-limited, not 100,000 log lines

@@ -22,9 +22,9 @@ import pytest
 
 from appliance import config, secret
 from appliance.gateway import credentials, health_state, imports, redaction
+from appliance.gateway.health_machine import Outcome
 from appliance.gateway.runtime import Runtime
 from appliance.secret import REDACTED, Needles, Redactor
-from appliance.upstream.health import Outcome
 from appliance.vault import store as vault_store
 from tests.support.leaks import assert_no_leak, encodings, leak_text, leaked
 

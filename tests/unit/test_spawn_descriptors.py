@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     import uvloop
-    from appliance.upstream.spawn import spawn
+    from appliance.children.spawn import spawn
 
     class Child(asyncio.SubprocessProtocol):
         def __init__(self):

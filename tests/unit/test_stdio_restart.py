@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from appliance import config
-from appliance.upstream.mcp_pool import McpPool
-from appliance.upstream.processes import ProcessRegistry, State, StdioPolicy, StdioProcess
-from appliance.upstream.transport import Egress
+from appliance.children.processes import ProcessRegistry, State, StdioPolicy, StdioProcess
+from appliance.egress.transport import Egress
+from appliance.mcpclient.pool import McpPool
 from tests.support import tiny_stdio
 from tests.support.loops import LOOPS, LoopFactory, run_on
 

@@ -18,9 +18,9 @@ import pytest
 
 from appliance import config
 from appliance.gateway import calls, imports, pipeline
+from appliance.gateway.health_machine import Health, Outcome
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
-from appliance.upstream.health import Health, Outcome
 from tests.support import tiny_stdio
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
+from appliance.egress.oauth import OAuthGrant, OnRotated, TokenCache
+from appliance.egress.transport import Egress
 from appliance.errors import InvalidParams
 from appliance.secret import Redactor, Secret
-from appliance.upstream.oauth import OAuthGrant, OnRotated, TokenCache
-from appliance.upstream.transport import Egress
 
 SCHEMES = ("bearer", "header", "query", "cookie", "basic", "oauth2", "env")
 # Remote MCP servers take a header (issue 3: none, Bearer or an API-key header; Basic too);

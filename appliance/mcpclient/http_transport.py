@@ -33,12 +33,12 @@ from typing import Any
 import httpx
 import orjson
 
+from appliance.egress.transport import Egress, HttpStream
 from appliance.errors import UpstreamError
+from appliance.mcpclient.session import McpSession, Refused, RequestId, SessionExpired
 from appliance.protocol import param_headers
 from appliance.protocol.meta import PROTOCOL_VERSION_KEY
 from appliance.protocol.routing import METHOD_HEADER, NAME_HEADER, SESSION_HEADER, VERSION_HEADER
-from appliance.upstream.mcp_session import McpSession, Refused, RequestId, SessionExpired
-from appliance.upstream.transport import Egress, HttpStream
 
 log = logging.getLogger(__name__)
 

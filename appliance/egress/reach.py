@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from appliance.egress.guard import host_port
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from appliance.upstream.guard import host_port
-from appliance.upstream.transport import Egress
 
 
 async def tcp_reachable(egress: Egress, url: str, *, timeout_s: float) -> None:

@@ -19,10 +19,10 @@ from urllib.parse import quote, urlencode
 import httpx
 import orjson
 
+from appliance.egress.auth import Authorizer, Placement
+from appliance.egress.transport import Egress, HttpResponse
 from appliance.errors import ArgumentsInvalid, UpstreamError
 from appliance.models import CallResult
-from appliance.upstream.auth import Authorizer, Placement
-from appliance.upstream.transport import Egress, HttpResponse
 
 _TEMPLATE = re.compile(r"\{([^{}]+)\}")
 # Headers an agent value must never set: they route the request or frame the body.

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.errors import UpstreamError
-from appliance.upstream.mcp_session import METHOD_NOT_FOUND, McpSession
+from appliance.mcpclient.session import METHOD_NOT_FOUND, McpSession
 
 log = logging.getLogger(__name__)
 

@@ -36,11 +36,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from appliance.errors import UpstreamError
-from appliance.secret import Redactor
-from appliance.upstream.spawn import spawn
-from appliance.upstream.stdio_child import Child as _Child
-from appliance.upstream.stdio_spec import (  # noqa: F401 - re-exported: callers import them from here
+from appliance.children.child import Child as _Child
+from appliance.children.spawn import spawn
+from appliance.children.spec import (  # noqa: F401 - re-exported: callers import them from here
     DEFAULT_ALLOWED_EXECUTABLES,
     DEFAULT_MAX_LINE_BYTES,
     State,
@@ -49,6 +47,8 @@ from appliance.upstream.stdio_spec import (  # noqa: F401 - re-exported: callers
     StdioSpecRejected,
     check_spec,
 )
+from appliance.errors import UpstreamError
+from appliance.secret import Redactor
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,16 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, cast
 
+from appliance.children.spawn import ChildTransport
 from appliance.errors import UpstreamError
 from appliance.secret import redact_text
-from appliance.upstream.spawn import ChildTransport
 
 if TYPE_CHECKING:
-    from appliance.upstream.processes import StdioProcess
+    from appliance.children.processes import StdioProcess
 
 # The supervisor's one logger, whichever module writes the line: operators (and the tests)
 # follow a stdio server's output and lifecycle under this name.
-log = logging.getLogger("appliance.upstream.processes")
+log = logging.getLogger("appliance.children.processes")
 
 # An exited child may still have bytes in the pipe; wait this long for stdout EOF before
 # declaring the crash, so a reply written just before exit is delivered first. Short, so an

@@ -18,15 +18,15 @@ from typing import Any
 
 import orjson
 
+from appliance.children.processes import ProcessRegistry, StdioProcess, StdioSpec
+from appliance.egress.auth import UpstreamAuth
+from appliance.egress.transport import Egress
 from appliance.errors import InvalidParams, UpstreamError
+from appliance.mcpclient.http_transport import connect_http, connect_sse
+from appliance.mcpclient.listen import listen_task, wants_listen
+from appliance.mcpclient.session import McpSession
+from appliance.mcpclient.stdio_transport import StdioTransport
 from appliance.protocol.relays import LogRelay, ProgressCallback
-from appliance.upstream.auth import UpstreamAuth
-from appliance.upstream.mcp_http import connect_http, connect_sse
-from appliance.upstream.mcp_listen import listen_task, wants_listen
-from appliance.upstream.mcp_session import McpSession
-from appliance.upstream.mcp_stdio import StdioTransport
-from appliance.upstream.processes import ProcessRegistry, StdioProcess, StdioSpec
-from appliance.upstream.transport import Egress
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,10 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from appliance.config import Settings
+from appliance.egress.bodies import decoder_for, from_httpx, iter_capped, kept_headers, read_capped
+from appliance.egress.guard import EgressPolicy, Resolver, host_port
+from appliance.egress.http1 import Answer, Body, Pool
 from appliance.errors import UpstreamError
-from appliance.upstream.bodies import decoder_for, from_httpx, iter_capped, kept_headers, read_capped
-from appliance.upstream.guard import EgressPolicy, Resolver, host_port
-from appliance.upstream.http1 import Answer, Body, Pool
 
 # httpx logs every request URL at INFO (a query-string API key included; and a line per
 # upstream request doubled the log's cost per call) and httpcore logs response headers at

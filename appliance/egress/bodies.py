@@ -13,8 +13,8 @@ from collections.abc import AsyncGenerator
 
 import httpx
 
+from appliance.egress.http1 import Answer
 from appliance.errors import UpstreamError
-from appliance.upstream.http1 import Answer
 
 
 def from_httpx(host: str, exc: httpx.HTTPError) -> UpstreamError:

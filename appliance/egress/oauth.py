@@ -21,9 +21,9 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
+from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
 from appliance.secret import Secret
-from appliance.upstream.transport import Egress
 
 _EARLY_S = 30.0  # refresh this long before the stated expiry (clock skew, slow calls)
 _DEFAULT_LIFETIME_S = 3600.0  # a token without expires_in: RFC 6749 leaves it to the server

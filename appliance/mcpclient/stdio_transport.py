@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
+from appliance.children.processes import StdioProcess
 from appliance.errors import UpstreamError
-from appliance.upstream.mcp_session import McpSession
-from appliance.upstream.processes import StdioProcess
+from appliance.mcpclient.session import McpSession
 
 log = logging.getLogger(__name__)
 # Not traffic for the idle timer: liveness checks, and the 2026-07-28 listen stream (its

@@ -1,1 +1,0 @@
-"""The egress seam: every byte that leaves the appliance goes through here."""
