@@ -7,29 +7,20 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import closing
 from typing import Any
 
 import httpx
 import pytest
 
-from appliance.rpc.jsonrpc import MAX_DEPTH
 from appliance.search.text import MAX_QUERY_CHARS
+from tests.support.nesting import INIT, LEGACY, assert_nesting_refused, audit_rows, deep_call
 from tests.support.servers import REPO, Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
 LIMIT_BYTES = 65_536
-LEGACY = "2025-11-25"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
 
 
 @pytest.fixture(scope="module")
@@ -44,34 +35,6 @@ def http(app: Appliance) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {app.key}", "Accept": "application/json, text/event-stream"}
     with httpx.Client(base_url=app.base_url, headers=headers, timeout=httpx.Timeout(30, read=20)) as client:
         yield client
-
-
-def arrays(depth: int) -> str:
-    return "[" * depth + "1" + "]" * depth  # orjson and json write far fewer levels: build the text
-
-
-def deep_call(name: str, depth: int, request_id: int = 7) -> str:
-    """A tools/call of ``name`` whose ``tool`` and ``input`` arguments nest ``depth`` levels."""
-    return (
-        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
-        f'"arguments": {{"tool": {arrays(depth)}, "input": {{"x": {arrays(depth)}}}}}}}}}'
-    )
-
-
-def audit_rows(app: Appliance) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(f"file:{app.data_dir / 'toolspoke.db'}?mode=ro", uri=True)) as conn:
-        return conn.execute("SELECT tool, runner, outcome FROM audit_log ORDER BY id").fetchall()
-
-
-def session(http: httpx.Client, path: str) -> dict[str, str]:
-    opened = http.post(path, json=INIT)
-    assert opened.status_code == 200, opened.text
-    return {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Content-Type": "application/json"}
-
-
-def assert_nesting_refused(error: dict[str, Any], code: int, field: str) -> None:
-    assert (error["code"], error["data"]["field"], error["data"]["limit"]) == (code, field, MAX_DEPTH)
-    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
 
 
 # -- item 7: one nesting limit at the parser of every face (more: tests/rpc/test_nesting.py)

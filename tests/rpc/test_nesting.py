@@ -7,25 +7,16 @@ for (the legacy SSE stream, ``toolspoke stdio``).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
-from contextlib import closing
-from typing import Any
 
 import httpx
 import pytest
 
 from appliance.rpc.jsonrpc import MAX_DEPTH
 from tests.support.inprocess import InProcess, served_in_process
+from tests.support.nesting import arrays, assert_nesting_refused, audit_rows, deep_call, session
 
 pytestmark = pytest.mark.inprocess
-LEGACY = "2025-11-25"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
-}
 
 
 @pytest.fixture(scope="module")
@@ -39,34 +30,6 @@ def http(app: InProcess) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {app.key}", "Accept": "application/json, text/event-stream"}
     with app.client(headers=headers, timeout=httpx.Timeout(30, read=20)) as client:
         yield client
-
-
-def arrays(depth: int) -> str:
-    return "[" * depth + "1" + "]" * depth  # orjson and json write far fewer levels: build the text
-
-
-def deep_call(name: str, depth: int, request_id: int = 7) -> str:
-    """A tools/call of ``name`` whose ``tool`` and ``input`` arguments nest ``depth`` levels."""
-    return (
-        f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", "params": {{"name": "{name}", '
-        f'"arguments": {{"tool": {arrays(depth)}, "input": {{"x": {arrays(depth)}}}}}}}}}'
-    )
-
-
-def audit_rows(app: InProcess) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(f"file:{app.data_dir / 'toolspoke.db'}?mode=ro", uri=True)) as conn:
-        return conn.execute("SELECT tool, runner, outcome FROM audit_log ORDER BY id").fetchall()
-
-
-def session(http: httpx.Client, path: str) -> dict[str, str]:
-    opened = http.post(path, json=INIT)
-    assert opened.status_code == 200, opened.text
-    return {"Mcp-Session-Id": opened.headers["mcp-session-id"], "Content-Type": "application/json"}
-
-
-def assert_nesting_refused(error: dict[str, Any], code: int, field: str) -> None:
-    assert (error["code"], error["data"]["field"], error["data"]["limit"]) == (code, field, MAX_DEPTH)
-    assert f"deeper than {MAX_DEPTH} levels" in error["message"]
 
 
 @pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 990, 1020, 5000])
