@@ -81,6 +81,11 @@ class InProcess:
         self.clients.append(client)
         return client
 
+    def mcp_client(self) -> httpx.Client:
+        """A client of ``/mcp`` as an agent holds one: this app's key, both answer forms."""
+        headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json, text/event-stream"}
+        return self.client(headers=headers, timeout=httpx.Timeout(30, read=20))
+
 
 class _LoopTransport(httpx.BaseTransport):
     """httpx's ASGI transport is asynchronous only: each request goes to the app's loop and

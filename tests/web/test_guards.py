@@ -34,8 +34,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
 
 @pytest.fixture
 def http(app: InProcess) -> Iterator[httpx.Client]:
-    headers = {"Authorization": f"Bearer {app.key}", "Accept": "application/json, text/event-stream"}
-    with app.client(headers=headers, timeout=httpx.Timeout(30, read=20)) as client:
+    with app.mcp_client() as client:
         yield client
 
 
