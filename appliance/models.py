@@ -6,8 +6,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
 Kind = Literal["read", "write", "destructive"]
 KINDS: tuple[Kind, ...] = ("read", "write", "destructive")
 RUNNER_FOR_KIND: dict[str, str] = {
@@ -156,7 +154,7 @@ class Principal:
 
 @dataclass(frozen=True)
 class Scope:
-    """What one principal may see and call, as a filter applied inside the catalogue's SQL.
+    """What one principal may see and call (as SQL: ``db/scope_sql.py``).
 
     ``toolkits`` None means everything. Otherwise a toolkit is visible when its id is in
     ``toolkits``; a tool when its toolkit is visible, it is active, and, when its toolkit is
@@ -178,33 +176,6 @@ class Scope:
             return False
         only = self.restricted.get(toolkit_id)
         return only is None or tool_id in only
-
-    def toolkit_sql(self, alias: str = "k") -> tuple[str, list[Any]]:
-        """A WHERE clause (and its parameters) keeping visible toolkits; ("", []) for all."""
-        if self.toolkits is None:
-            return "", []
-        return f"{alias}.id IN (SELECT value FROM json_each(?))", [_ids(self.toolkits)]
-
-    def tool_sql(self, alias: str = "t") -> tuple[str, list[Any]]:
-        """A WHERE clause (and its parameters) keeping visible tools; ("", []) for all.
-
-        Non-correlated ``IN`` subqueries: SQLite builds each set once per statement.
-        """
-        if self.toolkits is None:
-            return "", []
-        sql = f"{alias}.toolkit_id IN (SELECT value FROM json_each(?))"
-        params: list[Any] = [_ids(self.toolkits)]
-        if self.restricted:
-            sql += (
-                f" AND ({alias}.toolkit_id NOT IN (SELECT value FROM json_each(?))"
-                f" OR {alias}.id IN (SELECT value FROM json_each(?)))"
-            )
-            params += [_ids(self.restricted), _ids(i for ids in self.restricted.values() for i in ids)]
-        return sql, params
-
-
-def _ids(ids: Any) -> str:
-    return orjson.dumps(sorted(int(i) for i in ids)).decode()
 
 
 EVERYTHING = Scope(toolkits=None)

@@ -72,7 +72,6 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "sanic": ("web",),
     "click": ("cli",),
     "uvloop": ("cli/common",),
-    "aiosqlite": ("db",),
     "sqlean": ("db",),
     "sqlite_vec": ("db",),
     "cryptography": ("vault/crypto",),

@@ -12,6 +12,7 @@ from typing import Any
 from appliance.catalogue.naming import SEPARATOR
 from appliance.catalogue.sync import fingerprint
 from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
+from appliance.db.scope_sql import tool_clause, toolkit_clause
 from appliance.errors import Conflict, NotFound
 from appliance.models import EVERYTHING, Scope, Tool, ToolDraft, Toolkit, ToolkitDraft
 
@@ -183,10 +184,10 @@ def list_toolkits_in(
     conn: SyncReader, *, project: str | None = None, slug: str | None = None, scope: Scope | None = None
 ) -> list[Toolkit]:
     scope = scope or EVERYTHING
-    tool_filter, tool_params = scope.tool_sql("t")
+    tool_filter, tool_params = tool_clause(scope, "t")
     count = f" AND {tool_filter}" if tool_filter else ""
     where, params = _where(
-        scope.toolkit_sql("k"),
+        toolkit_clause(scope, "k"),
         ("p.slug = ?", [project]) if project is not None else ("", []),
         ("k.slug = ?", [slug]) if slug is not None else ("", []),
     )
@@ -227,7 +228,7 @@ def tool_names_by_toolkit_in(
     where, params = _where(
         ("t.toolkit_id IN (SELECT value FROM json_each(?))", [dumps(ids)]),
         (_ACTIVE, []),
-        (scope or EVERYTHING).tool_sql("t"),
+        tool_clause(scope, "t"),
     )
     rows = conn.all(f"SELECT t.toolkit_id, t.name FROM tools t{where} ORDER BY t.toolkit_id, t.name", params)
     out: dict[int, list[str]] = {i: [] for i in ids}
@@ -254,7 +255,7 @@ def tools_named_in(
         ("t.name IN (SELECT value FROM json_each(?))", [dumps(wanted)]),
         (_ACTIVE, []),
         ("p.slug = ?", [project]) if project is not None else ("", []),
-        (scope or EVERYTHING).tool_sql("t"),
+        tool_clause(scope, "t"),
     )
     rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where} ORDER BY p.slug, t.name", params)
     return [_tool(r) for r in rows]
@@ -279,7 +280,7 @@ def suggestion_candidates_in(
         ("(" + " OR ".join("t.name LIKE ? ESCAPE '\\'" for _ in likes) + ")", likes),
         (_ACTIVE, []),
         ("p.slug = ?", [project]) if project is not None else ("", []),
-        (scope or EVERYTHING).tool_sql("t"),
+        tool_clause(scope, "t"),
     )
     rows = conn.all(f"SELECT DISTINCT t.name {_TOOL_FROM}{where} ORDER BY t.name LIMIT ?", [*params, limit])
     return [r["name"] for r in rows]
@@ -302,9 +303,7 @@ def tools_by_ids_in(conn: SyncReader, ids: list[int], *, scope: Scope | None = N
     if not ids:
         return []
     marks = ",".join("?" * len(ids))
-    where, params = _where(
-        (f"t.id IN ({marks})", list(ids)), (_ACTIVE, []), (scope or EVERYTHING).tool_sql("t")
-    )
+    where, params = _where((f"t.id IN ({marks})", list(ids)), (_ACTIVE, []), tool_clause(scope, "t"))
     rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where}", params)
     by_id = {int(r["id"]): _tool(r) for r in rows}
     return [by_id[i] for i in ids if i in by_id]
@@ -334,9 +333,7 @@ async def tool_count(conn: ReadConn) -> int:
 
 def tools_in_toolkit_in(conn: SyncReader, toolkit_id: int, *, scope: Scope | None = None) -> list[Tool]:
     """A toolkit's visible active tools, in a stable order (for ``/mcp/<slug>``)."""
-    where, params = _where(
-        ("t.toolkit_id = ?", [toolkit_id]), (_ACTIVE, []), (scope or EVERYTHING).tool_sql("t")
-    )
+    where, params = _where(("t.toolkit_id = ?", [toolkit_id]), (_ACTIVE, []), tool_clause(scope, "t"))
     rows = conn.all(f"SELECT {_TOOL_COLUMNS} {_TOOL_FROM}{where} ORDER BY t.upstream_name", params)
     return [_tool(r) for r in rows]
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from appliance.db import ReadConn, SyncReader
+from appliance.db.scope_sql import toolkit_clause
 from appliance.models import Scope
 
 
@@ -52,6 +53,6 @@ async def healths(conn: ReadConn) -> list[Any]:
 
 def any_guide_in(reader: SyncReader, scope: Scope) -> bool:
     """Whether a toolkit ``scope`` sees has a guide."""
-    kit_filter, params = scope.toolkit_sql("k")
+    kit_filter, params = toolkit_clause(scope, "k")
     where = f" AND {kit_filter}" if kit_filter else ""
     return reader.one(f"SELECT 1 FROM toolkits k WHERE k.guide != ''{where} LIMIT 1", params) is not None

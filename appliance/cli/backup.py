@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import click
 
 from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, settings_for
@@ -25,11 +23,11 @@ def backup(path: str, force: bool, data_dir: str | None, config_file: str | None
     """
     from pathlib import Path
 
-    from appliance.db import backup as db_backup
+    from appliance.gateway.data_dir import backup_to
 
     settings = settings_for(config_file, data_dir=data_dir)
     try:
-        report = db_backup.backup(settings.db_path, Path(path), force=force)
+        report = backup_to(settings, Path(path), force=force)
     except ConfigError as exc:
         fail(exc.public_message, 2)
     except ApplianceError as exc:
@@ -70,43 +68,30 @@ def restore(backup_path: str, data_dir: str | None, config_file: str | None, as_
     """
     from pathlib import Path
 
-    from appliance.db import locks
-    from appliance.db import restore as db_restore
-    from appliance.vault import keyring
+    from appliance.gateway.data_dir import restore_from
 
     settings = settings_for(config_file, data_dir=data_dir)
-    data = Path(settings.data_dir)
-    created = not data.exists()
-    data.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        with locks.sole(data):
-            staged = db_restore.stage(Path(backup_path), settings.db_path)
-            try:
-                keyring.check_opens(settings, staged.vault_keys, staged.sealed)
-                kept = db_restore.swap(staged, settings.db_path)
-            finally:
-                db_restore.discard(staged.path)  # gone already once swapped
-    except (ApplianceError, OSError) as exc:
-        if isinstance(exc, OSError):  # the disk, not the backup: the old or the new database is in place
-            exc = ApplianceError(f"restore failed: {exc}")
-        if created:  # leave no trace of a refused restore into a new directory
-            (data / locks.DATA_LOCK).unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                data.rmdir()
+        report = restore_from(settings, Path(backup_path))
+    except ApplianceError as exc:
         fail(exc.public_message, 2 if isinstance(exc, ConfigError) else 1)
     if as_json:
         emit(
             {
-                "path": str(settings.db_path),
-                "bytes": staged.size,
-                "schema_version": staged.schema_version,
-                "kept": str(kept) if kept else None,
+                "path": str(report.path),
+                "bytes": report.bytes,
+                "schema_version": report.schema_version,
+                "kept": str(report.kept) if report.kept else None,
             }
         )
         return
     click.echo(
-        f"restored {backup_path} to {settings.db_path} ({staged.size} bytes, schema "
-        f"{staged.schema_version}); "
-        + (f"the previous database is kept as {kept}" if kept else "there was no previous database"),
+        f"restored {backup_path} to {report.path} ({report.bytes} bytes, schema "
+        f"{report.schema_version}); "
+        + (
+            f"the previous database is kept as {report.kept}"
+            if report.kept
+            else "there was no previous database"
+        ),
         err=True,
     )

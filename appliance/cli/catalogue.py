@@ -22,6 +22,7 @@ from appliance.cli.common import (
     settings_for,
 )
 from appliance.errors import ApplianceError
+from appliance.models import OPERATOR
 
 
 @main.group(invoke_without_command=True)
@@ -35,13 +36,11 @@ def toolkits(
     ctx.obj = {"data_dir": data_dir, "config_file": config_file}
     if ctx.invoked_subcommand is not None:
         return
-    from appliance.catalogue import store
+    from appliance.gateway.admin.toolkits import list_toolkits
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.read() as conn:
-            return await store.list_toolkits(conn, project=project)
-
-    kits = run(settings_for(config_file, data_dir=data_dir), work)
+    kits = run(
+        settings_for(config_file, data_dir=data_dir), lambda rt: list_toolkits(rt, OPERATOR, project=project)
+    )
     if as_json:
         emit(
             [

@@ -11,7 +11,6 @@ import asyncio
 import functools
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -95,14 +94,12 @@ def run(
         finally:
             await rt.close()
 
-    from appliance.db import locks
+    from appliance.gateway.data_dir import hold_runner
 
     try:
-        data = Path(settings.data_dir)
-        data.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Shared, while the database is open (all of `stdio`'s life): `restore` is refused
         # meanwhile, and a command started during a restore is refused.
-        with locks.runner(data), asyncio.Runner(loop_factory=loop_factory) as runner:
+        with hold_runner(settings), asyncio.Runner(loop_factory=loop_factory) as runner:
             return runner.run(main())
     except ConfigError as exc:
         fail(exc.public_message, 2)

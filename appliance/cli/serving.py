@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,7 +14,7 @@ from appliance.config import flag_help
 from appliance.errors import ApplianceError, ConfigError
 
 if TYPE_CHECKING:
-    from appliance.db.locks import Held
+    from appliance.gateway.data_dir import Held
 
 
 @main.command()
@@ -38,7 +37,7 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
 
     settings = settings_for(config_file, host=host, port=port, data_dir=data_dir)
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    held = _hold_serving(Path(settings.data_dir))  # for the process's lifetime: kill -9 drops them
+    held = _hold_serving(settings)  # for the process's lifetime: kill -9 drops them
     prepare_data_dir(settings)
     # Open the database and the vault once before binding: a missing, malformed or wrong
     # master key (or a database that cannot open) exits 2 here with its message.
@@ -55,20 +54,14 @@ def serve(host: str | None, port: int | None, data_dir: str | None, config_file:
         lock.release()
 
 
-def _hold_serving(data: Path) -> list[Held]:
+def _hold_serving(settings: Any) -> list[Held]:
     """The runner's shared hold (keeps `restore` away) and the one-serve-per-data-dir lock."""
-    from appliance.db import locks
+    from appliance.gateway.data_dir import hold_serving
 
-    data.mkdir(parents=True, exist_ok=True, mode=0o700)
-    held: list[Held] = []
     try:
-        held.append(locks.runner(data))
-        held.append(locks.server(data))
+        return hold_serving(settings)
     except ApplianceError as exc:
-        for lock in held:
-            lock.release()
         fail(exc.public_message, 2 if isinstance(exc, ConfigError) else 1)
-    return held
 
 
 async def _check_sound(rt: Any) -> None:

@@ -26,6 +26,7 @@ from appliance.cli.common import (
     run,
     settings_for,
 )
+from appliance.models import OPERATOR
 
 _SCHEMES = ("bearer", "header", "query", "cookie", "basic", "oauth2", "env")
 
@@ -192,13 +193,9 @@ def vault() -> None:
 @guard
 def vault_status(data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Key versions, and how many secrets each still seals."""
-    from appliance.vault import store
+    from appliance.gateway.admin import vault as keys
 
-    async def work(rt: Any) -> Any:
-        async with rt.db.read() as conn:
-            return await store.status(conn)
-
-    rows = run(settings_for(config_file, data_dir=data_dir), work)
+    rows = run(settings_for(config_file, data_dir=data_dir), lambda rt: keys.status(rt, OPERATOR))
     if as_json:
         emit({"versions": rows})
         return
@@ -217,10 +214,10 @@ def vault_status(data_dir: str | None, config_file: str | None, as_json: bool) -
 @guard
 def vault_rotate(batch: int, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """Make a new key version and re-seal every secret under it (safe while serving)."""
-    from appliance.vault import store
+    from appliance.gateway.admin import vault as keys
 
     report = run(
-        settings_for(config_file, data_dir=data_dir), lambda rt: store.rotate(rt.db, rt.vault, batch=batch)
+        settings_for(config_file, data_dir=data_dir), lambda rt: keys.rotate(rt, OPERATOR, batch=batch)
     )
     if as_json:
         emit(report)
@@ -236,9 +233,9 @@ def vault_rotate(batch: int, data_dir: str | None, config_file: str | None, as_j
 @guard
 def vault_retire(version: int, data_dir: str | None, config_file: str | None) -> None:
     """Destroy a key version no secret uses any more (old backups then cannot be opened with it)."""
-    from appliance.vault import store
+    from appliance.gateway.admin import vault as keys
 
-    run(settings_for(config_file, data_dir=data_dir), lambda rt: store.retire(rt.db, rt.vault, version))
+    run(settings_for(config_file, data_dir=data_dir), lambda rt: keys.retire(rt, OPERATOR, version))
     click.echo(f"key version {version} retired")
 
 
@@ -252,10 +249,9 @@ def vault_rekey(data_dir: str | None, config_file: str | None) -> None:
     A serving appliance keeps working and picks the new key up when it next needs it. Keep
     a copy of the new key apart from database backups; old backups still need the old key.
     """
-    from appliance.vault.keyring import rekey_file
+    from appliance.gateway.admin import vault as keys
 
-    settings = settings_for(config_file, data_dir=data_dir)
-    done = run(settings, lambda rt: rekey_file(rt.db, rt.vault, settings))
+    done = run(settings_for(config_file, data_dir=data_dir), lambda rt: keys.rekey(rt, OPERATOR))
     click.echo(f"new master key in {done['key_file']}; {done['data_keys']} data keys re-sealed under it")
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from appliance.db.connection import ReadConn, SyncReader, WriteTx
+from appliance.db.scope_sql import tool_clause
 from appliance.models import Scope
 from appliance.search.text import action_of, index_text, query_tokens, quote
 
@@ -230,7 +231,7 @@ def _filters(
         clauses.append("t.toolkit_id IN (SELECT value FROM json_each(?))")
         params.append(orjson.dumps(sorted(int(i) for i in allowed_toolkit_ids)).decode())
     if scope is not None:
-        sql, scope_params = scope.tool_sql("t")
+        sql, scope_params = tool_clause(scope, "t")
         if sql:
             clauses.append(sql)
             params += scope_params

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import orjson
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
@@ -77,9 +78,7 @@ async def import_openapi(request: Request) -> HTTPResponse:
     if spec is not None:
         if not isinstance(spec, dict):
             raise InvalidParams("'spec' must be an OpenAPI document object", field="spec")
-        from appliance.db import dumps
-
-        data = dumps(spec).encode()
+        data = orjson.dumps(spec)
     report = await imports.import_openapi(
         request.app.ctx.rt,
         source,

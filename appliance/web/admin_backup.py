@@ -17,7 +17,6 @@ directory, so nobody else can be making one then).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
 from pathlib import Path
@@ -25,8 +24,8 @@ from pathlib import Path
 from sanic import Blueprint, Request, Sanic
 from sanic.response import HTTPResponse
 
-from appliance.db.backup import BackupReport, backup, remove_leftovers
 from appliance.errors import ApplianceError
+from appliance.gateway.data_dir import copy_for_download, remove_leftovers
 from appliance.web.admin_routes import admin_only, error_response
 
 bp = Blueprint("admin_backup", url_prefix="/api/v1")
@@ -41,7 +40,7 @@ async def download(request: Request) -> HTTPResponse | None:
     settings = request.app.ctx.rt.settings
     copy = Path(settings.data_dir) / f"{PREFIX}{secrets.token_hex(8)}.db"
     try:
-        report = await _made(request.app.ctx.backup_lock, settings.db_path, copy)
+        report = await copy_for_download(request.app.ctx.backup_lock, settings, copy)
     except ApplianceError as exc:
         return error_response(exc)
     try:
@@ -62,22 +61,6 @@ async def download(request: Request) -> HTTPResponse | None:
             await sent.send(chunk)
         await sent.eof()
     return None
-
-
-async def _made(lock: asyncio.Lock, source: Path, copy: Path) -> BackupReport:
-    """The copy, made under the lock. Cancelled (the client went away), it is removed as soon
-    as the thread has made it, and the lock is held until then: one copy at a time, always."""
-    async with lock:
-        work = asyncio.get_running_loop().run_in_executor(None, backup, source, copy)
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:
-            # The callback removes the copy even if this handler is cancelled again below.
-            work.add_done_callback(lambda _: copy.unlink(missing_ok=True))
-            while not work.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait([work])
-            raise
 
 
 def prepare(app: Sanic) -> None:

@@ -155,3 +155,42 @@ def test_a_project_title_and_name_are_checked_before_anything_is_written(tmp_pat
         await _refused(projects.delete_project(rt, OPERATOR, "solo"), NotFound)
 
     _run(tmp_path, check)
+
+
+def test_the_vault_keys_are_an_admins_and_a_bad_batch_is_refused_before_any_rotation(tmp_path: Path) -> None:
+    from appliance.gateway.admin import vault
+
+    async def check(rt: Runtime) -> None:
+        bob = await _person(rt, "bob")
+        ann = await _person(rt, "ann", admin=True)
+        for work in (
+            vault.status(rt, bob),
+            vault.rotate(rt, bob),
+            vault.retire(rt, bob, 1),
+            vault.rekey(rt, bob),
+        ):
+            await _refused(work, Forbidden)
+        before = await vault.status(rt, ann)
+        for batch in (0, -1, True, "5", vault.BATCH_MAX + 1):
+            refused = await _refused(vault.rotate(rt, ann, batch=batch), InvalidParams)  # type: ignore[arg-type]
+            assert refused.field == "batch"
+        assert await vault.status(rt, ann) == before  # no version was made by a refused rotation
+        report = await vault.rotate(rt, ann, batch=10)
+        versions = await vault.status(rt, ann)
+        assert report["version"] in [v["version"] for v in versions]
+        assert not any("wrapped" in v or "key" in v for v in versions)  # counts and states, never material
+
+    _run(tmp_path, check)
+
+
+def test_a_refused_restore_into_a_new_directory_leaves_no_trace(tmp_path: Path) -> None:
+    from appliance.gateway.data_dir import restore_from
+
+    bogus = tmp_path / "not-a-backup.db"
+    bogus.write_bytes(b"this is not an SQLite file")
+    fresh = tmp_path / "fresh"
+    settings = config.load(env={"TOOLSPOKE_DATA_DIR": str(fresh), "TOOLSPOKE_DEMO": "0"})
+    with pytest.raises(ApplianceError) as caught:
+        restore_from(settings, bogus)
+    assert caught.value.field == "backup"
+    assert not fresh.exists()
