@@ -21,8 +21,8 @@ import logging
 import math
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
@@ -302,7 +302,7 @@ class Egress:
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
         body = content or b""
-        try:
+        with _mapped_errors(host, deadline):
             path = _request_target(target, params)
             out_headers = _request_headers(target, headers, cookies)
             local = self._local.get(_origin_of(target)) if self._local else None
@@ -316,11 +316,6 @@ class Egress:
                     data = await read_capped(answer, cap, host)
                 finally:
                     answer.body.close()
-        except Exception as exc:
-            mapped = _as_upstream_error(exc, host, deadline)
-            if mapped is exc:
-                raise
-            raise mapped from exc
         return HttpResponse(status=answer.status, headers=kept_headers(answer), body=data, url=str(target))
 
     @asynccontextmanager
@@ -347,7 +342,7 @@ class Egress:
         cap = self.max_bytes if max_bytes is None else max_bytes
         host = target.host
         bounded = math.isfinite(deadline)
-        try:
+        with _mapped_errors(host, deadline):
             out_headers = _request_headers(target, headers, None)
             async with asyncio.timeout(deadline if bounded else None):
                 answer = await self._transport.open(
@@ -368,11 +363,6 @@ class Egress:
                     if chunks is not None:
                         await chunks.aclose()
                     answer.body.close()
-        except Exception as exc:
-            mapped = _as_upstream_error(exc, host, deadline)
-            if mapped is exc:
-                raise
-            raise mapped from exc
 
     async def fetch_document(
         self, url: str, max_bytes: int | None = None, *, timeout_s: float | None = None
@@ -449,6 +439,18 @@ def _encoded(text: str) -> bytes:
         return text.encode("ascii")
     except UnicodeEncodeError:
         return text.encode("utf-8")  # as httpx sent them; a server decides what it accepts
+
+
+@contextmanager
+def _mapped_errors(host: str, deadline: float) -> Iterator[None]:
+    """Whatever fails inside, raised as what it means to the caller (``_as_upstream_error``)."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = _as_upstream_error(exc, host, deadline)
+        if mapped is exc:
+            raise
+        raise mapped from exc
 
 
 def _as_upstream_error(exc: Exception, host: str, deadline: float) -> Exception:

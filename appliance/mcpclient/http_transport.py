@@ -500,15 +500,8 @@ async def connect_http(
     ``on_tools_changed``).
     """
     transport = StreamableHttpTransport(egress, url, headers, max_bytes=max_bytes)
-    session = McpSession(transport, client_info=client_info, **(session_options or {}))
-    try:
-        await session.connect(timeout_s=timeout_s, modern=prefer_modern)
-        return session
-    except Refused:
-        await session.aclose()
-    except BaseException:
-        await session.aclose()
-        raise
+    with contextlib.suppress(Refused):  # the POST of initialize refused: try legacy HTTP+SSE
+        return await _connected(transport, client_info, session_options, timeout_s, modern=prefer_modern)
     return await connect_sse(
         egress,
         url,
@@ -532,9 +525,21 @@ async def connect_sse(
 ) -> McpSession:
     """A connected session over legacy HTTP+SSE (``url`` is the SSE stream, e.g. ``/sse``)."""
     transport = LegacySseTransport(egress, url, headers, timeout_s=timeout_s, max_bytes=max_bytes)
+    return await _connected(transport, client_info, session_options, timeout_s, modern=False)
+
+
+async def _connected(
+    transport: StreamableHttpTransport | LegacySseTransport,
+    client_info: dict[str, Any] | None,
+    session_options: dict[str, Any] | None,
+    timeout_s: float,
+    *,
+    modern: bool,
+) -> McpSession:
+    """A session over ``transport``, connected; closed again whatever stops the connect."""
     session = McpSession(transport, client_info=client_info, **(session_options or {}))
     try:
-        await session.connect(timeout_s=timeout_s, modern=False)
+        await session.connect(timeout_s=timeout_s, modern=modern)
     except BaseException:
         await session.aclose()
         raise
