@@ -72,11 +72,13 @@ class InProcess:
         """Run ``coro`` on the app's loop (the runtime's objects belong to it); its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def client(self, *, headers: Mapping[str, str] | None = None, **options: Any) -> httpx.Client:
-        """A synchronous httpx client whose requests the app answers in this process;
-        closed with the app."""
+    def client(
+        self, *, headers: Mapping[str, str] | None = None, prefix: str = "", **options: Any
+    ) -> httpx.Client:
+        """A synchronous httpx client whose requests the app answers in this process (paths
+        relative to ``prefix``, e.g. ``/api/v1``); closed with the app."""
         client = httpx.Client(
-            base_url=self.base_url, headers=headers, transport=_LoopTransport(self), **options
+            base_url=self.base_url + prefix, headers=headers, transport=_LoopTransport(self), **options
         )
         self.clients.append(client)
         return client
