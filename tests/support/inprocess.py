@@ -83,6 +83,11 @@ class InProcess:
         self.clients.append(client)
         return client
 
+    def request(self, method: str, url: str, **options: Any) -> httpx.Response:
+        """One request, as ``httpx.request`` sends one to a real appliance."""
+        with httpx.Client(base_url=self.base_url, transport=_LoopTransport(self)) as client:
+            return client.request(method, url, **options)
+
     def mcp_client(self, key: str | None = None) -> httpx.Client:
         """A client of ``/mcp`` as an agent holds one: this app's key (or ``key``), both answer
         forms."""
