@@ -19,13 +19,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 
 from tests.support.access_world import ENV, World, populate
+from tests.support.accounts import run
 from tests.support.servers import REPO, PetstoreUpstream, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=60))
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ face and the stdio face, and the CLI acting for a key).
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -18,29 +16,12 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from tests.support.access_world import ENV, SPEC, World, api, ok, populate
-from tests.support.clients import connect
+from tests.support.accounts import as_key, run
+from tests.support.clients import INIT, connect
 from tests.support.inprocess import InProcess, served_in_process
-from tests.support.servers import Appliance, PetstoreUpstream
+from tests.support.servers import PetstoreUpstream
 
 pytestmark = pytest.mark.inprocess
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=60))
-
-
-def as_key(app: Appliance | InProcess, key: str) -> Appliance | InProcess:
-    return dataclasses.replace(app, key=key)
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 
 INSPECTOR = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
 MODERN = "2026-07-28"
+# A 2025-11-25 initialize request, as a raw client sends it.
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def modern_tools_call(

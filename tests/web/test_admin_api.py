@@ -20,22 +20,13 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.clients import INIT
 from tests.support.inprocess import InProcess, served_in_process
 from tests.support.servers import FIXTURES, PetstoreUpstream
 
 pytestmark = pytest.mark.inprocess
 PETSTORE_SPEC: dict[str, Any] = yaml.safe_load((FIXTURES / "oai-v3.0-petstore.yaml").read_text())
 PET_TOOLS = {"listPets", "createPets", "showPetById"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @pytest.fixture(scope="module")
