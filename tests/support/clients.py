@@ -91,6 +91,19 @@ async def connect(
         yield client
 
 
+async def call_once(app: Appliance | InProcess, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    """One tools/call of ``name`` on a fresh SDK session; its result."""
+    async with connect(app) as client:
+        return await client.call_tool(name, arguments or {})
+
+
+def result_text(result: Any) -> str:
+    """Everything a tool result shows the agent: its text parts and its structured content."""
+    return "".join(getattr(part, "text", "") for part in result.content) + json.dumps(
+        result.structured_content or {}
+    )
+
+
 def inspector(app: Appliance, path: str, transport: str, *args: str) -> Any:
     """Run the MCP Inspector CLI (2.12.0) against the appliance; its parsed JSON result."""
     assert INSPECTOR.exists(), "tests/peers is not installed: run `make test` (npm install in tests/peers)"
