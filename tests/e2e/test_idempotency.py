@@ -27,7 +27,7 @@ from tests.support.accounts import (
     run,
 )
 from tests.support.clients import connect
-from tests.support.idempotent import KEY, REPLAY, charges, keyed, raw_call
+from tests.support.idempotent import ENV, KEY, REPLAY, charges, keyed, raw_call, two_agents
 from tests.support.servers import Appliance, running_appliance
 
 pytestmark = pytest.mark.e2e
@@ -36,12 +36,7 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     data = tmp_path_factory.mktemp("idem") / "data"
-    env = {
-        "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
-        "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
-        "TOOLSPOKE_UPSTREAM_TIMEOUT_S": "20",
-    }
-    with running_appliance(data, env=env) as running:
+    with running_appliance(data, env=ENV) as running:
         yield running
 
 
@@ -54,11 +49,7 @@ def upstream() -> Iterator[MeteredUpstream]:
 
 @pytest.fixture(scope="module")
 def agents(app: Appliance, upstream: MeteredUpstream) -> tuple[str, str]:
-    """Two agents of one user with 100 credits; the toolkit ``idem`` costs 1 a call."""
-    a, b = add_user_keys(app.data_dir, "ivy", 2, agents=True)
-    assert admin(app, "POST", credits_path(app, "ivy"), {"amount": 100}).status_code == 201
-    install(app, "idem", upstream, fee=1)
-    return a, b
+    return two_agents(app, upstream)
 
 
 def test_a_call_cut_off_by_kill_9_is_never_run_again_by_its_key_after_restart(tmp_path: Path) -> None:

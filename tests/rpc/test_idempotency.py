@@ -20,17 +20,15 @@ from mcp.shared.exceptions import MCPError
 from tests.support.accounts import (
     MeteredUpstream,
     add_agent_key,
-    add_user_keys,
     admin,
     as_key,
     credits_path,
-    install,
     query,
     run,
     user_id,
 )
 from tests.support.clients import connect
-from tests.support.idempotent import KEY, REPLAY, charges, keyed, raw_call, text
+from tests.support.idempotent import ENV, KEY, REPLAY, charges, keyed, raw_call, text, two_agents
 from tests.support.inprocess import InProcess, served_in_process
 
 pytestmark = pytest.mark.inprocess
@@ -40,12 +38,7 @@ METRICS_KEY = "scrape-" + "m" * 24
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
     data = tmp_path_factory.mktemp("idem") / "data"
-    env = {
-        "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
-        "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
-        "TOOLSPOKE_UPSTREAM_TIMEOUT_S": "20",
-        "TOOLSPOKE_METRICS_KEY": METRICS_KEY,
-    }
+    env = {**ENV, "TOOLSPOKE_METRICS_KEY": METRICS_KEY}
     with served_in_process(data, env=env) as served:
         yield served
 
@@ -59,11 +52,7 @@ def upstream() -> Iterator[MeteredUpstream]:
 
 @pytest.fixture(scope="module")
 def agents(app: InProcess, upstream: MeteredUpstream) -> tuple[str, str]:
-    """Two agents of one user with 100 credits; the toolkit ``idem`` costs 1 a call."""
-    a, b = add_user_keys(app.data_dir, "ivy", 2, agents=True)
-    assert admin(app, "POST", credits_path(app, "ivy"), {"amount": 100}).status_code == 201
-    install(app, "idem", upstream, fee=1)
-    return a, b
+    return two_agents(app, upstream)
 
 
 def test_five_sequential_retries_with_one_key_make_one_upstream_call_and_one_charge_and_replay_the_result(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from tests.support.accounts import query
+from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install, query
 from tests.support.servers import Appliance
 
 if TYPE_CHECKING:
@@ -15,6 +15,19 @@ if TYPE_CHECKING:
 
 KEY = "toolspoke/idempotencyKey"
 REPLAY = "toolspoke/idempotentReplay"
+ENV = {
+    "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
+    "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
+    "TOOLSPOKE_UPSTREAM_TIMEOUT_S": "20",
+}
+
+
+def two_agents(app: Appliance | InProcess, upstream: MeteredUpstream) -> tuple[str, str]:
+    """Two agents of one user with 100 credits; the toolkit ``idem`` costs 1 a call."""
+    a, b = add_user_keys(app.data_dir, "ivy", 2, agents=True)
+    assert admin(app, "POST", credits_path(app, "ivy"), {"amount": 100}).status_code == 201
+    install(app, "idem", upstream, fee=1)
+    return a, b
 
 
 async def keyed(client: Any, tool: str, key: str, arguments: dict[str, Any] | None = None) -> Any:
