@@ -5,8 +5,8 @@ One app serves the module (ALLOWED_TOOL_CIDRS=127.0.0.1/32, demo on); the read_g
 serve their own with the demo off, so that no toolkit has a guide to begin with.
 
 Moved from tests/e2e/test_admin_api.py. The admin API stays covered on a real ``toolspoke
-serve`` by tests/e2e/test_admin_faces.py (the API and the CLI giving the same answers) and
-every e2e module that sets up its world through ``/api/v1``.
+serve`` by every e2e module that sets up its world through ``/api/v1``: tests/e2e/test_access.py
+(users, keys, agents, grants, imports) and tests/e2e/test_spend.py (credit and quotas).
 """
 
 from __future__ import annotations
