@@ -64,7 +64,7 @@ unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
 ## check: the fast edit loop: lint, type-check and the in-process and unit tests (no e2e)
 check: lint
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/unit tests/web tests/rpc tests/test_layers.py \
-		tests/test_configuration.py tests/test_self_contained.py tests/test_makefile.py
+		tests/test_configuration.py tests/test_self_contained.py tests/test_makefile.py tests/test_test_layout.py
 
 # Debian packages some tests need, installed when missing (apt, as root or with sudo):
 # strace (the descriptor and restore tests place a fault on one system call) and, wherever

@@ -5,7 +5,7 @@ Run from the repo root: ``.venv/bin/python tests/bench/redaction_bench.py [--sec
 Builds the needles of N vault secrets (every encoded form, one Aho-Corasick automaton, as
 ``gateway/redaction.py`` does once per change of the vault), then redacts a 1 MiB answer
 (no secret in it, and one secret in it) and a small answer, best of several runs. Prints a
-table; not a test (``tests/unit/test_redaction.py`` bounds the work instead).
+table; not a test (``tests/unit/gateway/test_redaction.py`` bounds the work instead).
 """
 
 from __future__ import annotations

@@ -15,17 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_mcp_resync import (
-    EVERYWHERE,
-    NOWHERE,
-    admin,
-    dynamic_upstream,
-    ok,
-    outcome,
-    run,
-    visible,
-)
+from tests.e2e.test_mcp_resync import admin, ok, run
 from tests.support.clients import connect
+from tests.support.resync import EVERYWHERE, NOWHERE, dynamic_upstream, outcome, visible
 from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e

@@ -174,7 +174,7 @@ def test_a_killed_stdio_upstream_is_restarted_by_the_next_call_and_none_outlives
 
     The call waits for one condition only, that the child has exited (a zombie or reaped),
     never for the gateway to have noticed: the first call after the crash restarts it,
-    whether or not its exit has been handled yet (tests/unit/test_stdio_restart.py forces
+    whether or not its exit has been handled yet (tests/unit/mcpclient/test_stdio_restart.py forces
     each interleaving). It once failed 1 in 1,359 with "retry in 0.0s"."""
     with running_appliance(tmp_path / "data") as app:
         imported(app, "--slug", "s", *STDIO_ENV, "--", sys.executable, str(UPSTREAM))

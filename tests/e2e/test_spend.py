@@ -2,12 +2,13 @@
 
 The appliance runs with its clock's zone at UTC+14 (POSIX ``TZ``): quota windows must still
 be UTC. Users, agents and keys are written into its database in one go (tests/support/accounts.py).
+The ledger's admin routes and the outcome of single calls are tested in process
+(tests/web/test_admin_ledger.py); here stays what needs a process of its own: concurrency
+against a ceiling, pacing over the real clock, the server's time zone and the CLI.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
 import math
 import sqlite3
@@ -18,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -27,9 +27,14 @@ from tests.support.accounts import (
     add_agent_key,
     add_user_keys,
     admin,
+    as_key,
+    burst,
     credits_path,
+    fund_callers,
     install,
     query,
+    quota_errors,
+    run,
     user_id,
 )
 from tests.support.clients import connect
@@ -58,42 +63,11 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
 @pytest.fixture(scope="module")
 def keys(app: Appliance) -> dict[str, list[str]]:
     """Three users with ten agents each (thirty callers, a key each), 1000 credits each."""
-    made = {}
-    for user in ("ann", "bob", "cyd"):
-        made[user] = add_user_keys(app.data_dir, user, AGENTS // 3, agents=True)
-        r = admin(app, "POST", credits_path(app, user), {"amount": 1000, "note": "test"})
-        assert r.status_code == 201, r.text
-    return made
-
-
-def run(coro: Any, timeout: float = 120) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout=timeout))
-
-
-def as_key(app: Appliance, key: str) -> Appliance:
-    return dataclasses.replace(app, key=key)
-
-
-async def _calls(app: Appliance, key: str, tool: str, n: int) -> list[Any]:
-    """``n`` concurrent direct calls on one SDK session; each result or the MCPError raised."""
-    async with connect(as_key(app, key)) as client:
-        return await asyncio.gather(*(client.call_tool(tool, {}) for _ in range(n)), return_exceptions=True)
-
-
-def _burst(app: Appliance, callers: list[tuple[str, int]], tool: str) -> list[Any]:
-    async def scenario() -> list[Any]:
-        groups = await asyncio.gather(*(_calls(app, key, tool, n) for key, n in callers))
-        return [r for g in groups for r in g]
-
-    return run(scenario())
+    return fund_callers(app, AGENTS)
 
 
 def _all_keys(keys: dict[str, list[str]]) -> list[str]:
     return [k for ks in keys.values() for k in ks]
-
-
-def _quota_errors(results: list[Any]) -> list[MCPError]:
-    return [r for r in results if isinstance(r, MCPError) and r.code == -32002]
 
 
 def _check_books(data: Path, slug: str) -> None:
@@ -127,10 +101,10 @@ def test_300_concurrent_calls_from_30_agents_against_a_daily_ceiling_of_100_let_
     upstream = MeteredUpstream()
     try:
         tool = install(app, "meter", upstream, daily_limit=100)
-        results = _burst(app, [(k, 10) for k in _all_keys(keys)], tool)
+        results = burst(app, [(k, 10) for k in _all_keys(keys)], tool)
     finally:
         upstream.close()
-    refused = _quota_errors(results)
+    refused = quota_errors(results)
     assert upstream.count == 100
     assert len(refused) == 200
     assert sum(1 for r in results if not isinstance(r, BaseException) and not r.is_error) == 100
@@ -165,12 +139,12 @@ def test_with_a_fifth_of_upstream_calls_failing_and_owner_calls_mixed_in_still_o
     try:
         tool = install(app, "flaky", upstream, daily_limit=100, fee=2)
         owner = [(app.key, 2)] * 10  # the admin owns the platform's toolkits: free, uncounted
-        results = _burst(app, [(k, 10) for k in _all_keys(keys)] + owner, tool)
+        results = burst(app, [(k, 10) for k in _all_keys(keys)] + owner, tool)
     finally:
         upstream.close()
     assert upstream.count == 100 + 20
     assert upstream.failed == 24
-    assert len(_quota_errors(results)) == 200
+    assert len(quota_errors(results)) == 200
     rows = dict(
         query(
             app.data_dir,
@@ -240,176 +214,6 @@ def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another
     ) == [(tool.split("__")[0], 1)]
 
 
-def test_a_caller_without_credit_gets_32002_and_nothing_reaches_the_upstream(app: Appliance) -> None:
-    """LEDGER-02: an exhausted credit blocks the call and the charge."""
-    (broke,) = add_user_keys(app.data_dir, "dee", 1)
-    upstream = MeteredUpstream()
-    try:
-        tool = install(app, "pricey", upstream, fee=5)
-        (result,) = _burst(app, [(broke, 1)], tool)
-    finally:
-        upstream.close()
-    assert isinstance(result, MCPError) and result.code == -32002
-    assert result.data["window"] == "credit"
-    assert result.data["fee"] == 5
-    assert upstream.count == 0
-    assert query(app.data_dir, "SELECT outcome, fee_milli FROM audit_log WHERE toolkit = 'pricey'") == [
-        ("quota", 0)
-    ]
-
-
-def test_metrics_parse_with_the_prometheus_parser_and_count_calls_by_outcome(
-    app: Appliance, keys: dict[str, list[str]]
-) -> None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    upstream = MeteredUpstream()
-    try:
-        tool = install(app, "gauged", upstream, daily_limit=1)
-        _burst(app, [(keys["cyd"][0], 2)], tool)
-    finally:
-        upstream.close()
-    r = httpx.get(app.base_url + "/metrics", timeout=30)
-    assert r.status_code == 200
-    families = {f.name: f for f in text_string_to_metric_families(r.text)}
-    outcomes = {
-        s.labels["outcome"]: s.value
-        for s in families["toolspoke_tool_calls"].samples
-        if s.name.endswith("_total") and s.labels["toolkit"] == "gauged"
-    }
-    assert outcomes == {"ok": 1.0, "quota": 1.0}
-    used = {
-        s.labels["window"]: s.value
-        for s in families["toolspoke_quota_used"].samples
-        if s.labels["toolkit"] == "gauged"
-    }
-    assert used["daily"] == 1.0
-    assert any(s.labels.get("toolkit") == "gauged" for s in families["toolspoke_tool_call_seconds"].samples)
-    assert "process_resident_memory_bytes" in families
-    assert {"toolspoke_upstream_seconds", "toolspoke_search_seconds", "toolspoke_toolkit_health"} <= set(
-        families
-    )
-
-
-def test_healthz_says_alive_and_readyz_says_ready_once_the_database_is_writable_and_migrated(
-    app: Appliance,
-) -> None:
-    assert httpx.get(app.base_url + "/healthz", timeout=10).json() == {"status": "alive"}
-    ready = httpx.get(app.base_url + "/readyz", timeout=10)
-    assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
-
-
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ('{"fee": NaN}', "fee"),
-        ('{"fee": Infinity}', "fee"),
-        ('{"fee": -Infinity}', "fee"),
-        ('{"daily_limit": NaN}', "daily_limit"),
-        ('{"monthly_limit": Infinity}', "monthly_limit"),
-        ('{"fee": -1}', "fee"),
-        ('{"fee": null}', "fee"),
-        ('{"fee": 9223372036854775808}', "fee"),
-        ('{"fee": 1000000000000000000000000000000}', "fee"),
-        ('{"daily_limit": -1}', "daily_limit"),
-        ('{"daily_limit": true}', "daily_limit"),
-        ('{"fee": 1e-30}', "fee"),
-        ('{"fee": 1e309}', "fee"),
-        ('{"fee": "10"}', "fee"),
-        ('{"fee": true}', "fee"),
-        ('{"daily_limit": 9223372036854775808}', "daily_limit"),
-        ('{"daily_limit": 1.5}', "daily_limit"),
-        ('{"monthly_limit": []}', "monthly_limit"),
-        ('{"unit": "euros"}', "unit"),
-        ('{"colour": 1}', "colour"),
-    ],
-)
-def test_a_hostile_price_is_refused_naming_the_field_and_nothing_is_stored(
-    app: Appliance, body: str, field: str
-) -> None:
-    """LEDGER-09: hostile numbers as raw JSON tokens through the owner API."""
-    before = admin(app, "GET", "/toolkits/demo/quota").json()
-    r = httpx.put(
-        app.base_url + "/api/v1/toolkits/demo/quota",
-        content=body,
-        headers={"Authorization": f"Bearer {app.key}", "Content-Type": "application/json"},
-        timeout=30,
-    )
-    assert r.status_code == 422, r.text
-    assert r.json()["error"]["field"] == field
-    assert admin(app, "GET", "/toolkits/demo/quota").json() == before
-
-
-def test_call_history_pages_by_cursor_newest_first_and_filters_by_outcome(
-    app: Appliance, keys: dict[str, list[str]]
-) -> None:
-    upstream = MeteredUpstream()
-    try:
-        tool = install(app, "paged", upstream, daily_limit=3)
-        _burst(app, [(keys["ann"][1], 5)], tool)
-    finally:
-        upstream.close()
-    seen, cursor = [], None
-    while True:
-        page = admin(
-            app, "GET", "/toolsets/paged/calls?limit=2" + (f"&cursor={cursor}" if cursor else "")
-        ).json()
-        seen += page["calls"]
-        cursor = page["next_cursor"]
-        if cursor is None:
-            break
-    assert len(seen) == 5
-    assert [c["id"] for c in seen] == sorted((c["id"] for c in seen), reverse=True)
-    assert {c["tool"] for c in seen} == {"paged__hit"}
-    assert all(c["key_prefix"] == keys["ann"][1][:12] and c["user"] == "ann" for c in seen)
-    quota = admin(app, "GET", "/toolsets/paged/calls?outcome=quota").json()["calls"]
-    assert len(quota) == 2 and all(c["fee"] == 0 for c in quota)
-    ok = admin(app, "GET", "/toolsets/paged/calls?outcome=ok").json()["calls"]
-    assert len(ok) == 3 and all(c["fee"] == 1 for c in ok)
-    bad = admin(app, "GET", "/toolsets/paged/calls?cursor=zzz")
-    assert (bad.status_code, bad.json()["error"]["field"]) == (422, "cursor")
-    mine = httpx.get(
-        app.base_url + f"/api/v1/users/{user_id(app.data_dir, 'ann')}/calls?limit=500",
-        headers={"Authorization": f"Bearer {keys['ann'][1]}"},
-        timeout=30,
-    )
-    assert mine.status_code == 200 and all(c["user"] == "ann" for c in mine.json()["calls"])
-    theirs = httpx.get(
-        app.base_url + "/api/v1/toolsets/paged/calls",
-        headers={"Authorization": f"Bearer {keys['ann'][1]}"},
-        timeout=30,
-    )
-    assert theirs.status_code == 404  # not the owner: the toolkit is as good as absent
-
-
-def test_credit_grants_and_voids_are_new_entries_and_the_balance_is_their_sum(app: Appliance) -> None:
-    (key,) = add_user_keys(app.data_dir, "fay", 1)
-    assert admin(app, "POST", credits_path(app, "fay"), {"amount": 2.5}).json()["balance"] == 2.5
-    upstream = MeteredUpstream()
-    try:
-        tool = install(app, "billed", upstream, fee=1.5)
-        (result,) = _burst(app, [(key, 1)], tool)
-    finally:
-        upstream.close()
-    assert not result.is_error
-    account = admin(app, "GET", credits_path(app, "fay")).json()
-    assert account["balance"] == 1
-    charge = next(e for e in account["entries"] if e["kind"] == "charge")
-    assert charge["amount"] == -1.5
-    assert admin(app, "POST", f"/ledger/{charge['id']}/void", {"note": "refund"}).status_code == 201
-    again = admin(app, "POST", f"/ledger/{charge['id']}/void", {})
-    assert again.status_code == 409
-    assert admin(app, "GET", credits_path(app, "fay")).json()["balance"] == 2.5
-    too_much = admin(app, "POST", credits_path(app, "fay"), {"amount": -3})
-    assert (too_much.status_code, too_much.json()["error"]["field"]) == (422, "amount")
-    kinds = query(
-        app.data_dir,
-        "SELECT kind FROM ledger_entries WHERE user_id = (SELECT id FROM users WHERE name = 'fay')"
-        " ORDER BY id",
-    )
-    assert [k for (k,) in kinds] == ["grant", "charge", "void"]
-
-
 def test_the_cli_sets_prices_grants_credit_and_shows_history_that_the_serving_appliance_honours(
     app: Appliance,
 ) -> None:
@@ -426,110 +230,19 @@ def test_the_cli_sets_prices_grants_credit_and_shows_history_that_the_serving_ap
         assert granted.returncode == 0, granted.stderr
         # The server notices another process's commit in its next batch: this refused call's
         # audit row is one. The next call then sees the grant and the CLI's price.
-        (first,) = _burst(app, [(key, 1)], "clied__nothing")
+        (first,) = burst(app, [(key, 1)], "clied__nothing")
         assert isinstance(first, MCPError) and first.code == -32602
-        results = _burst(app, [(key, 3)], tool)
+        results = burst(app, [(key, 3)], tool)
     finally:
         upstream.close()
     assert upstream.count == 2
-    assert [r.data["window"] for r in _quota_errors(results)] == ["daily"]
+    assert [r.data["window"] for r in quota_errors(results)] == ["daily"]
     history = cli(app.data_dir, "calls", "--toolkit", "clied", "--json")
     assert history.returncode == 0, history.stderr
     calls = json.loads(history.stdout)["calls"]
     assert sorted(c["outcome"] for c in calls) == ["ok", "ok", "quota"]
     shown = cli(app.data_dir, "credits", "show", "gus", "--json")
     assert json.loads(shown.stdout)["balance"] == 0
-
-
-@pytest.mark.parametrize(
-    ("action", "arguments", "outcome", "reason", "charged", "reached"),
-    [
-        ("hit", {}, "ok", None, True, True),
-        ("fail", {}, "is_error", "upstream_http_error", True, True),  # a 5xx answer: the upstream acted
-        ("missing", {}, "is_error", "upstream_http_error", True, True),
-        ("big", {}, "upstream_error", "upstream_too_large", True, True),
-        ("slow", {}, "upstream_error", "upstream_timeout", True, True),
-        ("need", {}, "invalid", "arguments_invalid", False, False),
-        ("need", {"q": 5}, "invalid", "arguments_invalid", False, False),
-    ],
-    ids=["2xx", "5xx", "4xx", "too large", "timeout", "missing argument", "wrong type"],
-)
-def test_each_call_outcome_is_charged_only_when_the_upstream_was_reached_and_audited_once(
-    app: Appliance, keys: dict[str, list[str]], action: str, arguments: dict[str, Any], outcome: str,
-    reason: str | None, charged: bool, reached: bool,
-) -> None:  # fmt: skip
-    """LEDGER-06: one policy for 2xx, 4xx, 5xx, too large, timeout, bad input."""
-    key = keys["cyd"][3]
-    upstream = MeteredUpstream()
-    slug = f"out-{action}-{len(str(arguments))}"
-    try:
-        install(app, slug, upstream)
-        before = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
-
-        async def call() -> Any:
-            async with connect(as_key(app, key), mode="legacy") as client:  # 2025-11-25: isError results
-                return await client.call_tool(f"{slug}__{action}", arguments)
-
-        result = run(call())
-    finally:
-        upstream.close()
-    assert upstream.count == int(reached)
-    assert result.is_error == (outcome != "ok")
-    rows = query(
-        app.data_dir, "SELECT outcome, reason, fee_milli, tool FROM audit_log WHERE toolkit = ?", (slug,)
-    )
-    assert rows == [(outcome, reason, 1000 if charged else 0, f"{slug}__{action}")]
-    after = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
-    assert before - after == (1 if charged else 0)
-
-
-def test_a_call_the_egress_guard_blocks_is_audited_as_blocked_and_costs_nothing(
-    app: Appliance, keys: dict[str, list[str]]
-) -> None:
-    """LEDGER-06, SSRF-01: SSRF-blocked calls are voided and audited `blocked`."""
-    upstream = MeteredUpstream()
-    install(app, "guarded", upstream)
-    upstream.close()
-    # An import refuses such a URL; a stored row edited behind its back must still be stopped
-    # at call time (RELIABILITY SSRF-01): loopback, but not in ALLOWED_TOOL_CIDRS.
-    with closing(sqlite3.connect(app.data_dir / "toolspoke.db")) as db, db:
-        db.execute("UPDATE toolkits SET base_url = 'http://127.0.0.2:9' WHERE slug = 'guarded'")
-        db.execute(
-            "UPDATE tools SET binding = json_remove(binding, '$.base_url') WHERE toolkit_id ="
-            " (SELECT id FROM toolkits WHERE slug = 'guarded')"
-        )
-    before = admin(app, "GET", credits_path(app, "cyd")).json()["balance"]
-    (result,) = _burst(app, [(keys["cyd"][4], 1)], "guarded__hit")
-    assert result.is_error
-    assert query(
-        app.data_dir, "SELECT outcome, reason, fee_milli FROM audit_log WHERE toolkit = 'guarded'"
-    ) == [("blocked", "ssrf_blocked", 0)]
-    assert admin(app, "GET", credits_path(app, "cyd")).json()["balance"] == before
-
-
-def test_a_call_sent_to_the_wrong_runner_is_invalid_uncharged_and_audited_under_the_tool_not_the_runner(
-    app: Appliance, keys: dict[str, list[str]]
-) -> None:
-    upstream = MeteredUpstream()
-    try:
-        tool = install(app, "runners", upstream)
-
-        async def call() -> Any:
-            async with connect(as_key(app, keys["cyd"][5])) as client:
-                wrong = await client.call_tool("run_tool", {"tool": tool, "input": {}})
-                right = await client.call_tool("use_tool", {"tool": tool, "input": {}})
-                return wrong, right
-
-        wrong, right = run(call())
-    finally:
-        upstream.close()
-    assert wrong.is_error and not right.is_error
-    assert upstream.count == 1
-    rows = query(
-        app.data_dir,
-        "SELECT tool, runner, outcome, fee_milli FROM audit_log WHERE toolkit = 'runners' ORDER BY id",
-    )
-    assert rows == [(tool, "run_tool", "invalid", 0), (tool, "use_tool", "ok", 1000)]
 
 
 def test_searches_have_their_own_limit_that_tool_calls_do_not_share(
@@ -579,11 +292,11 @@ def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(t
             (key,) = add_user_keys(app.data_dir, "ida", 1)
             assert admin(app, "POST", credits_path(app, "ida"), {"amount": 10}).status_code == 201
             tool = install(app, "west", upstream, daily_limit=1)
-            first, second = _burst(app, [(key, 1), (key, 1)], tool)
+            first, second = burst(app, [(key, 1), (key, 1)], tool)
             quota = admin(app, "GET", "/toolkits/west/quota").json()
     finally:
         upstream.close()
-    refused = _quota_errors([first, second])
+    refused = quota_errors([first, second])
     assert len(refused) == 1 and upstream.count == 1
     # The next UTC midnight and first of the month (either side of a boundary the test may cross).
     moments = (started, datetime.now(UTC))
@@ -593,39 +306,6 @@ def test_a_server_at_utc_minus_0930_still_closes_its_quota_day_at_utc_midnight(t
     assert quota["daily"]["resets_at"] == refused[0].data["resets_at"]
     firsts = {(m.replace(day=28) + timedelta(days=4)).strftime("%Y-%m-01T00:00:00Z") for m in moments}
     assert quota["monthly"]["resets_at"] in firsts
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "body", "status"),
-    [
-        ("POST", "/ledger/9223372036854775808/void", "{}", 404),
-        ("POST", "/ledger/99999/void", "{}", 404),
-        ("GET", "/agents/9223372036854775808/calls", None, 404),
-        ("GET", "/users/9223372036854775808/credits", None, 404),
-        ("POST", "/users/1/credits", '{"amount": 1, "note": "\\ud800"}', 422),
-        ("POST", "/users/1/credits", '{"amount": 1, "note": 5}', 422),
-        ("POST", "/users/1/credits", '{"note": "no amount"}', 422),
-        ("GET", "/toolsets/demo/calls?since=nan", None, 422),
-        ("GET", "/toolsets/demo/calls?until=2026-01-01T00:00:00", None, 422),
-        ("GET", "/toolsets/demo/calls?limit=0", None, 422),
-        ("GET", "/toolsets/demo/calls?outcome=maybe", None, 422),
-        ("GET", "/toolsets/nosuch/calls", None, 404),
-    ],
-)
-def test_hostile_ledger_requests_get_a_clear_error_and_never_a_server_error(
-    app: Appliance, method: str, path: str, body: str | None, status: int
-) -> None:
-    """LEDGER-09: ids beyond 64 bits and bad text are refused, never a 500."""
-    r = httpx.request(
-        method,
-        app.base_url + "/api/v1" + path,
-        content=body,
-        headers={"Authorization": f"Bearer {app.key}", "Content-Type": "application/json"},
-        timeout=30,
-    )
-    assert r.status_code == status, r.text
-    assert set(r.json()["error"]) >= {"reason", "message"}
-    assert "Traceback" not in r.text
 
 
 def test_an_owner_calls_their_toolkit_free_past_its_ceiling_but_their_agents_are_metered(
@@ -645,11 +325,11 @@ def test_an_owner_calls_their_toolkit_free_past_its_ceiling_but_their_agents_are
         tool = install(app, "kims", upstream, daily_limit=1)
         assert admin(app, "PATCH", "/toolkits/kims/access", {"owner_id": uid}).status_code == 200
         assert admin(app, "POST", credits_path(app, "kim"), {"amount": 5}).status_code == 201
-        owner = _burst(app, [(own_key, 3)], tool)
-        bot = _burst(app, [(agent_key, 2)], tool)
+        owner = burst(app, [(own_key, 3)], tool)
+        bot = burst(app, [(agent_key, 2)], tool)
         # Kim on a toolkit she does not own (the platform's): metered like anyone.
         other = install(app, "not-kims", upstream)
-        (elsewhere,) = _burst(app, [(own_key, 1)], other)
+        (elsewhere,) = burst(app, [(own_key, 1)], other)
     finally:
         upstream.close()
     assert not elsewhere.is_error

@@ -3,32 +3,54 @@
 ``add_user_keys`` writes a user, its agents and their API keys straight into the
 appliance's database (tens of keys in one transaction, where the admin API would take a
 request each). ``MeteredUpstream`` is a real HTTP server on loopback
-that counts every request it answers and fails every n-th one with a 500.
+that counts every request it answers and fails every n-th one with a 500. ``admin``,
+``install`` and ``burst`` reach a real appliance or one served in process alike.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import hashlib
 import json
 import secrets
-import sqlite3
 import sys
 import threading
 from collections import Counter
 from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import sqlean
+from mcp.shared.exceptions import MCPError
 
+from tests.support.clients import connect
 from tests.support.servers import Appliance
+
+if TYPE_CHECKING:
+    from tests.support.inprocess import InProcess
+
+
+def open_db(data_dir: Path, *, read_only: bool = False) -> sqlean.Connection:
+    """The appliance's database, opened from the test.
+
+    Why sqlean and not the standard library's sqlite3: an app served in process uses sqlean,
+    and two copies of SQLite in one process do not see each other's connections. Closing the
+    last sqlite3 connection then looks like closing the last one of all: it checkpoints and
+    deletes the WAL under the app, whose later commits go to the unlinked file and are never
+    seen again (rows the app acknowledged vanish from every new connection)."""
+    path = data_dir / "toolspoke.db"
+    if read_only:
+        return sqlean.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    return sqlean.connect(str(path), timeout=10)
 
 
 def add_user_keys(data_dir: Path, user: str, keys: int, *, agents: bool = False) -> list[str]:
     """A non-admin user with ``keys`` API keys (``agents``: each for an agent of its own)."""
     made = [f"tsk_{secrets.token_urlsafe(32)}" for _ in range(keys)]
-    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db, db:
+    with closing(open_db(data_dir)) as db, db:
         db.execute("INSERT INTO users (name, is_admin) VALUES (?, 0)", (user,))
         uid = db.execute("SELECT id FROM users WHERE name = ?", (user,)).fetchone()[0]
         for i, key in enumerate(made):
@@ -48,7 +70,7 @@ def add_user_keys(data_dir: Path, user: str, keys: int, *, agents: bool = False)
 def add_agent_key(data_dir: Path, user: int, agent: int) -> str:
     """One more key, for an existing agent of ``user``."""
     key = f"tsk_{secrets.token_urlsafe(32)}"
-    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db, db:
+    with closing(open_db(data_dir)) as db, db:
         db.execute(
             "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash) VALUES (?, ?, 'k', ?, ?)",
             (user, agent, key[:12], hashlib.sha256(key.encode()).hexdigest()),
@@ -60,12 +82,12 @@ def user_id(data_dir: Path, name: str) -> int:
     return int(query(data_dir, "SELECT id FROM users WHERE name = ?", (name,))[0][0])
 
 
-def credits_path(app: Appliance, name: str) -> str:
+def credits_path(app: Appliance | InProcess, name: str) -> str:
     return f"/users/{user_id(app.data_dir, name)}/credits"
 
 
 def query(data_dir: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(data_dir / "toolspoke.db", timeout=10)) as db:
+    with closing(open_db(data_dir)) as db:
         return list(db.execute(sql, params).fetchall())
 
 
@@ -84,14 +106,52 @@ def assert_charges_match_audit(data_dir: Path) -> None:
     ) == [(0,)]
 
 
-def admin(app: Appliance, method: str, path: str, body: Any = None) -> httpx.Response:
-    return httpx.request(
-        method,
-        app.base_url + "/api/v1" + path,
-        json=body,
-        headers={"Authorization": f"Bearer {app.key}"},
-        timeout=30,
-    )
+def admin(app: Appliance | InProcess, method: str, path: str, body: Any = None) -> httpx.Response:
+    """One admin-API request (``path`` under ``/api/v1``) with the appliance's key."""
+    headers = {"Authorization": f"Bearer {app.key}"}
+    if isinstance(app, Appliance):
+        return httpx.request(method, app.base_url + "/api/v1" + path, json=body, headers=headers, timeout=30)
+    return app.request(method, "/api/v1" + path, json=body, headers=headers, timeout=30)
+
+
+def fund_callers(app: Appliance | InProcess, agents: int) -> dict[str, list[str]]:
+    """Three users (ann, bob, cyd) with ``agents // 3`` agents each (a key each), 1000
+    credits each."""
+    made = {}
+    for user in ("ann", "bob", "cyd"):
+        made[user] = add_user_keys(app.data_dir, user, agents // 3, agents=True)
+        r = admin(app, "POST", credits_path(app, user), {"amount": 1000, "note": "test"})
+        assert r.status_code == 201, r.text
+    return made
+
+
+def run(coro: Any, timeout: float = 120) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=timeout))
+
+
+def as_key(app: Any, key: str) -> Any:
+    """``app`` (a real appliance or one in process) as seen with another key."""
+    return dataclasses.replace(app, key=key)
+
+
+async def _calls(app: Appliance | InProcess, key: str, tool: str, n: int) -> list[Any]:
+    """``n`` concurrent direct calls on one SDK session; each result or the MCPError raised."""
+    async with connect(as_key(app, key)) as client:
+        return await asyncio.gather(*(client.call_tool(tool, {}) for _ in range(n)), return_exceptions=True)
+
+
+def burst(app: Appliance | InProcess, callers: list[tuple[str, int]], tool: str) -> list[Any]:
+    """Each ``(key, n)`` of ``callers`` makes ``n`` concurrent calls of ``tool``, all at once."""
+
+    async def scenario() -> list[Any]:
+        groups = await asyncio.gather(*(_calls(app, key, tool, n) for key, n in callers))
+        return [r for g in groups for r in g]
+
+    return run(scenario())
+
+
+def quota_errors(results: list[Any]) -> list[MCPError]:
+    return [r for r in results if isinstance(r, MCPError) and r.code == -32002]
 
 
 class MeteredUpstream:
@@ -195,7 +255,7 @@ class MeteredUpstream:
         self.thread.join(timeout=10)
 
 
-def install(app: Appliance, slug: str, upstream: MeteredUpstream, **quota: Any) -> str:
+def install(app: Appliance | InProcess, slug: str, upstream: MeteredUpstream, **quota: Any) -> str:
     """Import the metered upstream as toolkit ``slug`` (published) and set its quota; its tool's name."""
     r = admin(app, "POST", "/toolkits/openapi", {"slug": slug, "spec": upstream.spec()})
     assert r.status_code == 201, r.text

@@ -7,16 +7,31 @@ import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import httpx
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.support.servers import REPO, Appliance
 
+if TYPE_CHECKING:
+    from tests.support.inprocess import InProcess
+
 INSPECTOR = REPO / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
 MODERN = "2026-07-28"
+# A 2025-11-25 initialize request, as a raw client sends it.
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def modern_tools_call(
@@ -42,16 +57,30 @@ def modern_tools_call(
     return headers, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
 
 
+def _http_client(app: Appliance | InProcess, headers: dict[str, str]) -> httpx.AsyncClient:
+    """The SDK's own client for a real appliance; for one served in process, a client with
+    the SDK's options whose requests that app answers (tests/support/inprocess.py)."""
+    if isinstance(app, Appliance):
+        return create_mcp_http_client(headers=headers)
+    return app.async_client(headers=headers, follow_redirects=True, timeout=httpx.Timeout(30, read=300))
+
+
 @asynccontextmanager
 async def connect(
-    app: Appliance, path: str = "/mcp", *, mode: str = "auto", read_timeout_s: float = 60, **options: Any
+    app: Appliance | InProcess,
+    path: str = "/mcp",
+    *,
+    mode: str = "auto",
+    read_timeout_s: float = 60,
+    **options: Any,
 ) -> AsyncIterator[Client]:
-    """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake).
+    """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake),
+    to a real appliance or to one served in process.
 
     ``options`` go to ``mcp.Client`` (``logging_callback``, ``log_level``, ...)."""
     # The SDK does not close an http_client it was handed; we own it.
     async with (
-        create_mcp_http_client(headers={"Authorization": f"Bearer {app.key}"}) as http,
+        _http_client(app, {"Authorization": f"Bearer {app.key}"}) as http,
         Client(
             streamable_http_client(app.base_url + path, http_client=http),
             read_timeout_seconds=read_timeout_s,
@@ -60,6 +89,19 @@ async def connect(
         ) as client,
     ):
         yield client
+
+
+async def call_once(app: Appliance | InProcess, name: str, arguments: dict[str, Any] | None = None) -> Any:
+    """One tools/call of ``name`` on a fresh SDK session; its result."""
+    async with connect(app) as client:
+        return await client.call_tool(name, arguments or {})
+
+
+def result_text(result: Any) -> str:
+    """Everything a tool result shows the agent: its text parts and its structured content."""
+    return "".join(getattr(part, "text", "") for part in result.content) + json.dumps(
+        result.structured_content or {}
+    )
 
 
 def inspector(app: Appliance, path: str, transport: str, *args: str) -> Any:

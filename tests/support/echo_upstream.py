@@ -165,3 +165,15 @@ class EchoUpstream:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=10)
+
+
+def oauth_body(echo: EchoUpstream, refresh_token: str, **extra: str) -> dict[str, str]:
+    """An oauth2 credential for ``echo``'s token endpoint, with ``refresh_token``."""
+    return {
+        "scheme": "oauth2",
+        "token_url": echo.base_url + "/oauth/token",
+        "client_id": echo.client_id,
+        "client_secret": echo.client_secret,
+        "refresh_token": refresh_token,
+        **extra,
+    }

@@ -72,19 +72,51 @@ class InProcess:
         """Run ``coro`` on the app's loop (the runtime's objects belong to it); its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def client(self, *, headers: Mapping[str, str] | None = None, **options: Any) -> httpx.Client:
-        """A synchronous httpx client whose requests the app answers in this process;
-        closed with the app."""
+    def client(
+        self, *, headers: Mapping[str, str] | None = None, prefix: str = "", **options: Any
+    ) -> httpx.Client:
+        """A synchronous httpx client whose requests the app answers in this process (paths
+        relative to ``prefix``, e.g. ``/api/v1``); closed with the app."""
         client = httpx.Client(
-            base_url=self.base_url, headers=headers, transport=_LoopTransport(self), **options
+            base_url=self.base_url + prefix, headers=headers, transport=_LoopTransport(self), **options
         )
         self.clients.append(client)
         return client
 
-    def mcp_client(self) -> httpx.Client:
-        """A client of ``/mcp`` as an agent holds one: this app's key, both answer forms."""
-        headers = {"Authorization": f"Bearer {self.key}", "Accept": "application/json, text/event-stream"}
+    def request(self, method: str, url: str, **options: Any) -> httpx.Response:
+        """One request, as ``httpx.request`` sends one to a real appliance."""
+        with httpx.Client(base_url=self.base_url, transport=_LoopTransport(self)) as client:
+            return client.request(method, url, **options)
+
+    def mcp_client(self, key: str | None = None) -> httpx.Client:
+        """A client of ``/mcp`` as an agent holds one: this app's key (or ``key``), both answer
+        forms."""
+        headers = {
+            "Authorization": f"Bearer {key or self.key}",
+            "Accept": "application/json, text/event-stream",
+        }
         return self.client(headers=headers, timeout=httpx.Timeout(30, read=20))
+
+    def async_client(self, *, headers: Mapping[str, str] | None = None, **options: Any) -> httpx.AsyncClient:
+        """An asynchronous httpx client (for the official SDK's client, on the test's own
+        loop) whose requests the app answers on its loop; the caller closes it."""
+        return httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, transport=_AsyncLoopTransport(self), **options
+        )
+
+
+def _answer(
+    asgi: httpx.ASGITransport, request: httpx.Request, body: bytes
+) -> Coroutine[Any, Any, tuple[int, list[tuple[bytes, bytes]], bytes]]:
+    """One request through the app (run on the app's loop): status, headers, the whole body."""
+
+    async def answer() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        forwarded = httpx.Request(request.method, request.url, headers=request.headers, content=body)
+        got = await asgi.handle_async_request(forwarded)
+        raw = b"".join([chunk async for chunk in got.stream])  # type: ignore[union-attr]
+        return got.status_code, got.headers.raw, raw
+
+    return answer()
 
 
 class _LoopTransport(httpx.BaseTransport):
@@ -96,15 +128,23 @@ class _LoopTransport(httpx.BaseTransport):
         self._asgi = httpx.ASGITransport(app=served.app, client=("127.0.0.1", 40000))
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        body = request.read()
+        status, headers, raw = self._served.run(_answer(self._asgi, request, request.read()))
+        return httpx.Response(status, headers=headers, stream=httpx.ByteStream(raw), request=request)
 
-        async def answer() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-            forwarded = httpx.Request(request.method, request.url, headers=request.headers, content=body)
-            got = await self._asgi.handle_async_request(forwarded)
-            raw = b"".join([chunk async for chunk in got.stream])  # type: ignore[union-attr]
-            return got.status_code, got.headers.raw, raw
 
-        status, headers, raw = self._served.run(answer())
+class _AsyncLoopTransport(httpx.AsyncBaseTransport):
+    """The same for a client on another loop: the request runs on the app's loop and the
+    client's loop awaits its whole answer (bounded), so a streamed answer arrives at once."""
+
+    def __init__(self, served: InProcess) -> None:
+        self._served = served
+        self._asgi = httpx.ASGITransport(app=served.app, client=("127.0.0.1", 40000))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        pending = asyncio.run_coroutine_threadsafe(_answer(self._asgi, request, body), self._served.loop)
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            status, headers, raw = await asyncio.wrap_future(pending)
         return httpx.Response(status, headers=headers, stream=httpx.ByteStream(raw), request=request)
 
 

@@ -3,7 +3,6 @@ the messages that nest too deep, the session they are sent in, the refusal they 
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import closing
 from pathlib import Path
 from typing import Any, Protocol
@@ -11,6 +10,7 @@ from typing import Any, Protocol
 import httpx
 
 from appliance.rpc.jsonrpc import MAX_DEPTH
+from tests.support.accounts import open_db
 
 LEGACY = "2025-11-25"
 INIT = {
@@ -38,7 +38,7 @@ def deep_call(name: str, depth: int, request_id: int = 7) -> str:
 
 
 def audit_rows(app: HasData) -> list[tuple[Any, ...]]:
-    with closing(sqlite3.connect(f"file:{app.data_dir / 'toolspoke.db'}?mode=ro", uri=True)) as conn:
+    with closing(open_db(app.data_dir, read_only=True)) as conn:
         return conn.execute("SELECT tool, runner, outcome FROM audit_log ORDER BY id").fetchall()
 
 

@@ -11,19 +11,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from tests.support.clients import INIT
 from tests.support.inprocess import InProcess, served_in_process
 
 pytestmark = pytest.mark.inprocess
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 from appliance.egress.guard import EgressPolicy
 from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from tests.unit.upstream_server import serving
+from tests.support.recording_upstream import serving
 
 T = TypeVar("T")
 OPEN = ("127.0.0.1/32", "127.0.0.2/32")

@@ -35,7 +35,7 @@ from appliance.errors import UpstreamError
 from tests.support.loops import LOOPS, LoopFactory, run_on
 
 PY = sys.executable
-UPSTREAM_SERVER = Path(__file__).resolve().parents[1] / "support" / "upstream_server.py"
+UPSTREAM_SERVER = Path(__file__).resolve().parents[2] / "support" / "upstream_server.py"
 
 ECHO = """
 import sys

@@ -1,6 +1,6 @@
 """The egress seam: address policy, resolution, URL checks and the guarded transport.
 
-Real I/O goes to a real HTTP server on loopback (tests/unit/upstream_server.py), opened
+Real I/O goes to a real HTTP server on loopback (tests/support/recording_upstream.py), opened
 by listing 127.0.0.1/32 exactly as an operator would with ALLOWED_TOOL_CIDRS.
 """
 
@@ -20,7 +20,7 @@ from appliance.config import load
 from appliance.egress.guard import EgressPolicy
 from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
-from tests.unit.upstream_server import RecordingServer, self_signed, serving
+from tests.support.recording_upstream import RecordingServer, self_signed, serving
 
 T = TypeVar("T")
 LOOPBACK_OPEN = ("127.0.0.1/32",)

@@ -1,9 +1,14 @@
 """One rule per admin operation: the CLI and the admin API give the same answer and the same error.
 
-A real ``toolspoke serve`` answers the API; the CLI runs through click's runner on the same
-data directory (the operator, as ``toolspoke`` run by whoever owns it). Each operation is
-done on both faces with the same input, and each bad input is refused on both with the same
-message (and, on the API, the reason and status of its one ApplianceError).
+The app of ``toolspoke serve``, served in process (tests/support/inprocess.py), answers the
+API; the CLI runs through click's runner on the same data directory (the operator, as
+``toolspoke`` run by whoever owns it). Each operation is done on both faces with the same
+input, and each bad input is refused on both with the same message (and, on the API, the
+reason and status of its one ApplianceError).
+
+Moved from tests/e2e/test_admin_faces.py. Both faces stay covered as processes:
+tests/e2e/test_access.py runs the CLI as a process against a real ``toolspoke serve`` whose
+world it built through the admin API.
 """
 
 from __future__ import annotations
@@ -18,14 +23,14 @@ import pytest
 from click.testing import CliRunner
 
 from appliance.cli import main
-from tests.support.servers import Appliance, running_appliance
+from tests.support.inprocess import InProcess, served_in_process
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.inprocess
 
 
 @dataclass
 class Faces:
-    app: Appliance
+    app: InProcess
     api: httpx.Client
     runner: CliRunner
 
@@ -61,9 +66,9 @@ class Faces:
 @pytest.fixture(scope="module")
 def faces(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Faces]:
     data = tmp_path_factory.mktemp("faces") / "data"
-    with running_appliance(data) as app:
+    with served_in_process(data) as app:
         headers = {"Authorization": f"Bearer {app.key}"}
-        with httpx.Client(base_url=app.base_url + "/api/v1", headers=headers, timeout=30) as api:
+        with app.client(prefix="/api/v1", headers=headers, timeout=30) as api:
             runner = CliRunner(env={"TOOLSPOKE_DATA_DIR": str(data), "TOOLSPOKE_API_KEY": None})
             yield Faces(app, api, runner)
 
@@ -198,8 +203,8 @@ def test_keys_are_issued_alike_work_on_the_api_and_are_revoked_alike(faces: Face
     assert by_cli["user"] == "kit" and by_cli["preload"] == ["demo__listNotes"]
 
     for issued in (by_api, by_cli):  # each face's key is a working key of kit's
-        me = httpx.get(
-            faces.app.base_url + "/api/v1/me", headers={"Authorization": f"Bearer {issued['key']}"}
+        me = faces.app.client(timeout=30).get(
+            "/api/v1/me", headers={"Authorization": f"Bearer {issued['key']}"}
         )
         assert me.status_code == 200 and me.json()["name"] == "kit"
 
@@ -210,8 +215,8 @@ def test_keys_are_issued_alike_work_on_the_api_and_are_revoked_alike(faces: Face
         revoked_by_cli, "prefix", "created_at", "revoked_at"
     )
     for issued in (by_api, by_cli):
-        me = httpx.get(
-            faces.app.base_url + "/api/v1/me", headers={"Authorization": f"Bearer {issued['key']}"}
+        me = faces.app.client(timeout=30).get(
+            "/api/v1/me", headers={"Authorization": f"Bearer {issued['key']}"}
         )
         assert me.status_code == 401
     faces.refused_alike(("keys", "revoke", "tsk_nothere0"), "DELETE", "/keys/tsk_nothere0", 404, "not_found")

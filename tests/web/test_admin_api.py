@@ -1,7 +1,12 @@
-"""The admin API (``/api/v1``) on a real ``toolspoke serve``, with plain httpx.
+"""The admin API (``/api/v1``: web/admin.py, web/admin_openapi.py, web/admin_search.py) in
+process (tests/support/inprocess.py), with plain httpx.
 
-One appliance serves the module (ALLOWED_TOOL_CIDRS=127.0.0.1/32, demo on); the read_guide
-tests start their own with the demo off, so that no toolkit has a guide to begin with.
+One app serves the module (ALLOWED_TOOL_CIDRS=127.0.0.1/32, demo on); the read_guide tests
+serve their own with the demo off, so that no toolkit has a guide to begin with.
+
+Moved from tests/e2e/test_admin_api.py. The admin API stays covered on a real ``toolspoke
+serve`` by every e2e module that sets up its world through ``/api/v1``: tests/e2e/test_access.py
+(users, keys, agents, grants, imports) and tests/e2e/test_spend.py (credit and quotas).
 """
 
 from __future__ import annotations
@@ -15,21 +20,13 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.servers import FIXTURES, Appliance, PetstoreUpstream, running_appliance
+from tests.support.clients import INIT
+from tests.support.inprocess import InProcess, served_in_process
+from tests.support.servers import FIXTURES, PetstoreUpstream
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.inprocess
 PETSTORE_SPEC: dict[str, Any] = yaml.safe_load((FIXTURES / "oai-v3.0-petstore.yaml").read_text())
 PET_TOOLS = {"listPets", "createPets", "showPetById"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +36,20 @@ def upstream() -> Iterator[PetstoreUpstream]:
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
     # This module imports more than the default ten times an hour with the one admin key; the
     # hourly limit itself is tested in test_access_keys and test_credentials.
     env = {"TOOLSPOKE_IMPORTS_PER_HOUR": "100"}
-    with running_appliance(tmp_path_factory.mktemp("admin") / "data", env=env) as running:
-        yield running
+    with served_in_process(tmp_path_factory.mktemp("admin") / "data", env=env) as served:
+        yield served
 
 
-def admin_client(app: Appliance) -> httpx.Client:
-    return httpx.Client(base_url=app.base_url, headers={"Authorization": f"Bearer {app.key}"}, timeout=30)
+def admin_client(app: InProcess) -> httpx.Client:
+    return app.client(headers={"Authorization": f"Bearer {app.key}"}, timeout=30)
 
 
 @pytest.fixture
-def api(app: Appliance) -> Iterator[httpx.Client]:
+def api(app: InProcess) -> Iterator[httpx.Client]:
     with admin_client(app) as client:
         yield client
 
@@ -81,8 +78,8 @@ def assert_error(r: httpx.Response, status: int, reason: str, field: str | None 
 # -- credentials and liveness -------------------------------------------------------------
 
 
-def test_health_answers_without_a_key(app: Appliance) -> None:
-    r = httpx.get(app.base_url + "/health", timeout=10)
+def test_health_answers_without_a_key(app: InProcess) -> None:
+    r = app.client(timeout=10).get("/health")
     assert r.status_code == 200
     assert r.json()["status"] == "ok"
 
@@ -97,10 +94,11 @@ def test_health_answers_without_a_key(app: Appliance) -> None:
     ],
 )
 def test_the_admin_api_without_a_valid_key_is_401_with_a_bearer_challenge(
-    app: Appliance, headers: dict[str, str]
+    app: InProcess, headers: dict[str, str]
 ) -> None:
+    anonymous = app.client(timeout=10)
     for method, path in (("GET", "/api/v1/toolkits"), ("DELETE", "/api/v1/toolkits/demo")):
-        r = httpx.request(method, app.base_url + path, headers=headers, timeout=10)
+        r = anonymous.request(method, path, headers=headers)
         assert_error(r, 401, "unauthorized")
         assert r.headers["www-authenticate"].startswith("Bearer")
     with admin_client(app) as api:
@@ -278,13 +276,8 @@ def test_search_finds_demo_tools(api: httpx.Client) -> None:
 # -- read_guide appears only when some toolkit has a guide -----------------------------------
 
 
-def mcp_tool_names(app: Appliance) -> set[str]:
-    headers = {
-        "Authorization": f"Bearer {app.key}",
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-    }
-    with httpx.Client(base_url=app.base_url, headers=headers, timeout=30) as http:
+def mcp_tool_names(app: InProcess) -> set[str]:
+    with app.mcp_client() as http:
         r = http.post("/mcp", json=INIT)
         assert r.status_code == 200, r.text
         session = {"Mcp-Session-Id": r.headers["mcp-session-id"]}
@@ -298,19 +291,19 @@ def mcp_tool_names(app: Appliance) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
-    with running_appliance(
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
+    with served_in_process(
         tmp_path_factory.mktemp("bare") / "data", env={"TOOLSPOKE_DEMO": "false"}
-    ) as running:
-        yield running
+    ) as served:
+        yield served
 
 
 def test_read_guide_is_listed_only_once_a_toolkit_has_a_guide(
-    bare: Appliance, upstream: PetstoreUpstream
+    bare: InProcess, upstream: PetstoreUpstream
 ) -> None:
     with admin_client(bare) as api:
         assert slugs(api) == set()
-        assert httpx.get(bare.base_url + "/demo/api/notes", timeout=10).status_code == 404
+        assert bare.client(timeout=10).get("/demo/api/notes").status_code == 404
         names = mcp_tool_names(bare)
         assert "read_guide" not in names
         assert {"search_tools", "use_tool"} <= names
@@ -331,7 +324,7 @@ def test_read_guide_is_listed_only_once_a_toolkit_has_a_guide(
         assert "read_guide" not in mcp_tool_names(bare)
 
 
-def test_the_master_key_file_is_readable_only_by_its_owner(bare: Appliance) -> None:
+def test_the_master_key_file_is_readable_only_by_its_owner(bare: InProcess) -> None:
     """VAULT-01: the master key file is 0600."""
     key_file = Path(bare.data_dir) / "master.key"
     assert key_file.stat().st_mode & 0o077 == 0

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from appliance.db.connection import Database, dumps
 from appliance.search import fts
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+MIGRATIONS = Path(__file__).resolve().parents[3] / "migrations"
 T = TypeVar("T")
 
 TOOLS: list[tuple[str, str, str, str, dict[str, Any]]] = [

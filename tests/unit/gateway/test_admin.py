@@ -1,6 +1,6 @@
 """The admin operations' rules of who may, in process on a temporary data directory.
 
-``tests/e2e/test_admin_faces.py`` shows the CLI and the API agree; this file shows what the
+``tests/web/test_admin_faces.py`` shows the CLI and the API agree; this file shows what the
 operations themselves decide for callers other than the operator and the admin: a user, an
 agent's key, and a second user, each of whom must find what is not theirs absent.
 """

@@ -17,7 +17,7 @@ from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
 from appliance.mcpclient.http_transport import SseDecoder, SseEvent
 from appliance.protocol.param_headers import encode as _header_value
-from tests.unit.upstream_server import RecordingServer, serving
+from tests.support.recording_upstream import RecordingServer, serving
 
 LOOPBACK_OPEN = ("127.0.0.1/32",)
 

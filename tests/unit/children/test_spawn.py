@@ -60,7 +60,7 @@ def test_no_pipe_descriptor_is_closed_twice(factory: LoopFactory, tmp_path: Path
         capture_output=True,
         text=True,
         timeout=60,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "spawned and closed 3" in done.stdout

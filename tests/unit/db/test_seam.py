@@ -20,7 +20,7 @@ from appliance.db.migrate import default_migrations_dir
 from appliance.db.worker import Worker
 
 T = TypeVar("T")
-APPLIANCE = Path(__file__).resolve().parents[2] / "appliance"
+APPLIANCE = Path(__file__).resolve().parents[3] / "appliance"
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

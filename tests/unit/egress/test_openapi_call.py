@@ -19,7 +19,7 @@ from appliance.egress.openapi_call import call_operation, to_call_result
 from appliance.egress.transport import Egress, HttpResponse
 from appliance.errors import ArgumentsInvalid, UpstreamError
 from appliance.models import CallResult, HttpBinding, ParamBinding
-from tests.unit.upstream_server import RecordingServer, serving
+from tests.support.recording_upstream import RecordingServer, serving
 
 T = TypeVar("T")
 

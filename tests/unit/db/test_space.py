@@ -11,7 +11,7 @@ import sqlean
 from appliance.db import Database, SyncReader
 from appliance.db.space import Storage
 from appliance.errors import StorageError
-from tests.unit.test_db import MIGRATIONS, with_db
+from tests.unit.db.test_database import MIGRATIONS, with_db
 
 
 def _failing_with(code: int, message: str) -> sqlean.OperationalError:

@@ -8,7 +8,7 @@ from jsonschema import Draft202012Validator
 from appliance.catalogue.catalog_jsonl import convert_catalog
 from appliance.errors import ImportFailed
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "data" / "retrieval"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "data" / "retrieval"
 COUNTS = {"toolbench": 2479, "bfcl-live": 528, "livemcpbench": 527, "metatool": 199}
 LINE = {
     "toolkit": "kit",

@@ -15,7 +15,7 @@ import pytest
 
 from appliance import config
 from appliance.web.app import create_app
-from tests.unit.test_lifecycle import OPENING, SERVING
+from tests.unit.gateway.test_lifecycle import OPENING, SERVING
 
 
 class Lifespan:

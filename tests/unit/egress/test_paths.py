@@ -1,6 +1,6 @@
 """Every egress path goes through the guard (RELIABILITY SSRF-09), and credentials on the wire.
 
-Real I/O against the recording server on loopback (``tests/unit/upstream_server.py``):
+Real I/O against the recording server on loopback (``tests/support/recording_upstream.py``):
 when the guard refuses, the server must have seen no connection at all (invariant I-1).
 """
 
@@ -30,8 +30,8 @@ from appliance.errors import ConfigError, UpstreamError
 from appliance.secret import REDACTED, Redactor, Secret, secret_forms
 from tests.support.echo_upstream import EchoUpstream
 from tests.support.loops import LOOPS, LoopFactory, run_on
-from tests.unit.test_egress_guard import refusal, run, upstream
-from tests.unit.upstream_server import RecordingServer, serving
+from tests.support.recording_upstream import RecordingServer, serving
+from tests.unit.egress.test_guard import refusal, run, upstream
 
 LOOPBACK = ("127.0.0.1/32",)
 __all__ = ["upstream"]  # the recording-server fixture, shared with test_egress_guard
