@@ -63,10 +63,17 @@ def findings_from(rows: Any) -> list[Finding]:
 _TAGS = range(0xE0000, 0xE0080)
 _BIDI = frozenset([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 _ZERO_WIDTH = frozenset(
-    [0x00AD, 0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x3164, 0xFEFF, 0xFFA0]
-    + [*range(0x180B, 0x180E), *range(0x200B, 0x200E), *range(0x2060, 0x2066), *range(0x206A, 0x2070)]
-    + [*range(0xFFF9, 0xFFFC), *range(0x1BCA0, 0x1BCA4), *range(0x1D173, 0x1D17B)]
-    + [*range(0xE0100, 0xE01F0)]  # variation selectors 17-256: bytes smuggled after a glyph
+    [
+        *(0x00AD, 0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x3164, 0xFEFF, 0xFFA0),
+        *range(0x180B, 0x180E),
+        *range(0x200B, 0x200E),
+        *range(0x2060, 0x2066),
+        *range(0x206A, 0x2070),
+        *range(0xFFF9, 0xFFFC),
+        *range(0x1BCA0, 0x1BCA4),
+        *range(0x1D173, 0x1D17B),
+        *range(0xE0100, 0xE01F0),  # variation selectors 17-256: bytes smuggled after a glyph
+    ]
 )
 # C0 and C1 controls but tab, line feed and carriage return (a terminal escape hides text too).
 _CONTROLS = frozenset([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)])
@@ -93,6 +100,15 @@ def visible_json(raw: str | bytes | None) -> str | bytes | None:
             return raw
         return visible(raw.decode("utf-8", "surrogatepass")).encode("utf-8", "surrogatepass")
     return visible(raw)
+
+
+def reveal(text: str) -> str:
+    """``text`` with each invisible or control character written as ``<U+XXXX>``: for a person
+    reviewing it (a diff, a reason), who must see them, on a screen that must not obey them.
+    Tab and line feed are kept; a carriage return is shown too."""
+    if not text or (text.isascii() and text.isprintable()):
+        return text
+    return "".join(f"<{_codepoint(ord(c))}>" if ord(c) in _INVISIBLE or c == "\r" else c for c in text)
 
 
 def _codepoint(cp: int) -> str:
@@ -130,17 +146,22 @@ def _invisible(text: str) -> tuple[list[Finding], str]:
         )
     if counts["zero"]:
         out.append(
-            Finding("invisible", f"{counts['zero']} zero-width or invisible characters", _codepoint(first["zero"]))
+            Finding(
+                "invisible", f"{counts['zero']} zero-width or invisible characters", _codepoint(first["zero"])
+            )
         )
     if counts["control"]:
-        out.append(Finding("invisible", f"{counts['control']} control characters", _codepoint(first["control"])))
+        out.append(
+            Finding("invisible", f"{counts['control']} control characters", _codepoint(first["control"]))
+        )
     return out, spelled
 
 
 # --- words ----------------------------------------------------------------------------------
 
 # Letters and digits that look like Latin ones (Cyrillic, Greek, Armenian, fullwidth forms are
-# folded by NFKC first). Enough to read "іgnоrе" as "ignore" and to compare names.
+# folded by NFKC first). Enough to read "ignore" spelled with
+# Cyrillic i, o and e as "ignore", and to compare names.
 _HOMOGLYPHS = str.maketrans(
     dict(
         zip(
@@ -272,8 +293,11 @@ _SECRET_RULES: tuple[tuple[str, Rule], ...] = (
     (
         "asks for secrets or credentials",
         _rule(
-            ("read send include append attach upload forward exfiltrate leak share reveal dump steal"
-             " collect extract copy paste pass", 0),
+            (
+                "read send include append attach upload forward exfiltrate leak share reveal dump steal"
+                " collect extract copy paste pass",
+                0,
+            ),
             ("the all any your user s users every their private", 2),
             (_SECRET_WORDS, 2),
             ("to in into as with inside parameter argument field along", 3),
@@ -296,10 +320,10 @@ _SECRET_MARKS = (
     ".bash_history", ".zsh_history", "wallet.dat", "seed phrase",
 )  # fmt: skip
 # Markers of text addressed to the model, not describing the tool.
-_TAGS_SEEN = frozenset(
-    "important system instructions instruction secret hidden admin assistant sys inst system-prompt"
-    " im_start im_end |im_start| |im_end| <sys>".split()
-)
+_TAGS_SEEN = frozenset((
+    "important", "system", "instructions", "instruction", "secret", "hidden", "admin", "assistant",
+    "sys", "inst", "system-prompt", "im_start", "im_end", "|im_start|", "|im_end|", "<sys>",
+))  # fmt: skip
 
 
 def _run_rule(tokens: list[str], rule: Rule) -> tuple[int, int] | None:
@@ -420,8 +444,13 @@ def skeleton(name: str) -> str:
     return _fold(visible(name)).translate(_LOOKALIKE).replace("rn", "m").replace("vv", "w")
 
 
+def _marked(name: str) -> str:
+    # The look-alike letters as code points: "cre<U+0430>te_issue" shows what a glyph hides.
+    return "".join(c if c.isascii() else f"<{_codepoint(ord(c))}>" for c in name[:EVIDENCE_MAX])
+
+
 def _lookalike_letters(name: str) -> bool:
-    # Non-ASCII letters that fold to ASCII: a Cyrillic "а" in "reаd_file".
+    # Non-ASCII letters that fold to ASCII: a Cyrillic "a" (U+0430) in "read_file".
     return not name.isascii() and _fold(visible(name)).translate(_HOMOGLYPHS).isascii()
 
 
@@ -468,9 +497,9 @@ class NameIndex:
         out: dict[str, list[Finding]] = {}
         for name in names:
             found: list[Finding] = []
-            shown = name[:EVIDENCE_MAX]
+            shown = reveal(name[:EVIDENCE_MAX])
             if _lookalike_letters(name):
-                found.append(Finding("imitation", "the name uses look-alike characters", shown))
+                found.append(Finding("imitation", "the name uses look-alike characters", _marked(name)))
             folded = name.casefold()
             for other, theirs in self.looks.get(skeleton(name), []):
                 if other != slug and theirs.casefold() != folded:
@@ -478,7 +507,9 @@ class NameIndex:
                     break
             for twin in twins:
                 if twin in self.exact.get(folded, ()):
-                    found.append(Finding("imitation", f"toolkit {slug} looks like {twin}, which has this tool", shown))
+                    found.append(
+                        Finding("imitation", f"toolkit {slug} looks like {twin}, which has this tool", shown)
+                    )
                     break
             for sep in ("__", ".", "/"):
                 prefix = folded.partition(sep)[0] if sep in folded else ""
