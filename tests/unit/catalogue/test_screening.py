@@ -65,6 +65,12 @@ def test_a_parameter_description_is_screened_like_the_tool_s() -> None:
     assert [f.category for f in screening.screen_tool("add", "", "Adds.", schema)] == ["secrets"]
 
 
+EMOJI, ARABIC = (
+    "\u2764\ufe0f",
+    "\u0645\u0631\u062d\u0628\u0627",
+)  # a variation selector, right-to-left letters
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
@@ -73,7 +79,7 @@ def test_a_parameter_description_is_screened_like_the_tool_s() -> None:
         ("tag\U000e0041\U000e007f end", "tag end"),
         ("\u202eoverride\u202c and \u2066isolate\u2069", "override and isolate"),
         ("escape\x1b[8m hidden\x00", "escape[8m hidden"),
-        ("emoji \u2764\ufe0f and arabic \u0645\u0631\u062d\u0628\u0627", "emoji \u2764\ufe0f and arabic \u0645\u0631\u062d\u0628\u0627"),
+        (f"emoji {EMOJI}, arabic {ARABIC}", f"emoji {EMOJI}, arabic {ARABIC}"),
     ],
 )  # fmt: skip
 def test_visible_removes_invisible_and_control_characters_only(text: str, shown: str) -> None:
