@@ -326,23 +326,49 @@ _TAGS_SEEN = frozenset((
 ))  # fmt: skip
 
 
-def _run_rule(tokens: list[str], rule: Rule) -> tuple[int, int] | None:
-    """The first span of ``tokens`` matching ``rule``: O(len(tokens) x the rule's gaps)."""
-    first = rule[0][0]
-    for start, tok in enumerate(tokens):
-        if tok not in first:
-            continue
-        at = start
-        for accept, gap in rule[1:]:
-            for j in range(at + 1, min(len(tokens), at + gap + 2)):
-                if tokens[j] in accept:
-                    at = j
-                    break
-            else:
+# Every rule by its first words, so one pass over a text's words tries only the rules that can
+# start there: the work is the words times the (bounded) look-ahead of the rules they open.
+_RULES: tuple[tuple[str, str, Rule], ...] = tuple(
+    (category, reason, rule)
+    for category, rules in (
+        ("instruction", _INSTRUCTION_RULES),
+        ("other_tools", _OTHER_TOOL_RULES),
+        ("secrets", _SECRET_RULES),
+    )
+    for reason, rule in rules
+)
+_OPENED: dict[str, tuple[int, ...]] = {}
+for _i, (_, _, _r) in enumerate(_RULES):
+    for _word in _r[0][0]:
+        _OPENED[_word] = (*_OPENED.get(_word, ()), _i)
+
+
+def _match_at(tokens: list[str], start: int, rule: Rule) -> int | None:
+    """Where ``rule``, opened at ``start``, ends (each step within its gap of the last), or None."""
+    at = start
+    for accept, gap in rule[1:]:
+        for j in range(at + 1, min(len(tokens), at + gap + 2)):
+            if tokens[j] in accept:
+                at = j
                 break
         else:
-            return start, at
-    return None
+            return None
+    return at
+
+
+def _rule_findings(tokens: list[str]) -> list[Finding]:
+    """The first match of each reason, in the order the rules are listed."""
+    spans: dict[str, tuple[int, tuple[int, int]]] = {}  # reason: (rule index, span)
+    for start, tok in enumerate(tokens):
+        for i in _OPENED.get(tok, ()):
+            reason = _RULES[i][1]
+            if reason in spans:
+                continue
+            end = _match_at(tokens, start, _RULES[i][2])
+            if end is not None:
+                spans[reason] = (i, (start, end))
+    ordered = sorted(spans.values())
+    return [Finding(_RULES[i][0], _RULES[i][1], _evidence(tokens, span)) for i, span in ordered]
 
 
 def _evidence(tokens: list[str], span: tuple[int, int]) -> str:
@@ -385,17 +411,7 @@ def screen_text(text: str) -> list[Finding]:
     folded = _fold(visible(text) + ("\n" + hidden if hidden else ""))
     tokens = _WORD.findall(folded)
     found += list(_tags(folded))
-    for category, rules in (
-        ("instruction", _INSTRUCTION_RULES),
-        ("other_tools", _OTHER_TOOL_RULES),
-        ("secrets", _SECRET_RULES),
-    ):
-        for reason, rule in rules:
-            if any(f.reason == reason for f in found):
-                continue
-            span = _run_rule(tokens, rule)
-            if span is not None:
-                found.append(Finding(category, reason, _evidence(tokens, span)))
+    found += _rule_findings(tokens)
     found += list(_marks(folded))
     return found
 
