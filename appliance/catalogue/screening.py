@@ -295,7 +295,7 @@ _SECRET_RULES: tuple[tuple[str, Rule], ...] = (
         _rule(
             (
                 "read send include append attach upload forward exfiltrate leak share reveal dump steal"
-                " collect extract copy paste pass",
+                " collect extract copy paste",
                 0,
             ),
             ("the all any your user s users every their private", 2),
@@ -314,7 +314,7 @@ _SECRET_RULES: tuple[tuple[str, Rule], ...] = (
 )
 # Paths and names of secrets (matched in the folded text, word-bounded where short).
 _SECRET_MARKS = (
-    "~/.ssh", ".ssh/", "id_rsa", "id_ed25519", "id_ecdsa", "id_dsa", "authorized_keys", "known_hosts",
+    "~/.ssh", ".ssh/", "id_rsa", "id_ed25519", "id_ecdsa", "id_dsa",
     "/etc/passwd", "/etc/shadow", "master.key", "master key", "mcp.json", ".aws/credentials",
     ".git-credentials", ".npmrc", ".netrc", ".pgpass", ".docker/config.json", "toolspoke.db",
     ".bash_history", ".zsh_history", "wallet.dat", "seed phrase",

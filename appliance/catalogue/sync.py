@@ -146,7 +146,6 @@ class SyncPlan:
             "removed": self.removed,
             "returned": self.returned,
             "unchanged": len(self.unchanged),
-            "flagged": self.flagged,
         }
 
 

@@ -57,14 +57,7 @@ def test_an_unchanged_listing_changes_nothing_and_keeps_every_state() -> None:
     assert [s.action for s in plan.steps] == ["keep", "keep"]
     assert [s.state for s in plan.steps] == ["active", "pending"]
     assert plan.leaving_index == []
-    assert plan.as_dict() == {
-        "added": [],
-        "changed": [],
-        "removed": [],
-        "returned": [],
-        "unchanged": 2,
-        "flagged": [],
-    }
+    assert plan.as_dict() == {"added": [], "changed": [], "removed": [], "returned": [], "unchanged": 2}
 
 
 def test_a_new_upstream_tool_is_inserted_pending_with_its_fingerprint() -> None:
@@ -159,7 +152,6 @@ def test_the_plan_is_deterministic_whatever_the_listing_order() -> None:
         "removed": ["kit__c"],
         "returned": [],
         "unchanged": 1,
-        "flagged": [],
     }
 
 
