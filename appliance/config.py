@@ -274,6 +274,16 @@ class Settings:
         _positive(int),
         "Largest OpenAPI document or catalogue file accepted by an import, in bytes.",
     )
+    screen_tools: bool = _setting(
+        "TOOLSPOKE_SCREEN_TOOLS",
+        True,
+        _bool,
+        "Screen every imported and re-synced tool's name, description and schema for text aimed at the "
+        "model (hidden instructions, steering of other tools, requests for secrets, invisible characters, "
+        "imitation names) and hold a flagged tool pending with its reasons until an owner approves it "
+        "(docs/security.md). Off: nothing is held for what it says; invisible characters are still "
+        "removed from what agents see.",
+    )
     search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
         8,

@@ -6,10 +6,11 @@ its tools and their search index in one transaction: an import is all or nothing
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from appliance.catalogue.naming import SEPARATOR
+from appliance.catalogue.screening import visible, visible_json
 from appliance.catalogue.sync import fingerprint
 from appliance.db import ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.db.scope_sql import tool_clause, toolkit_clause
@@ -39,12 +40,12 @@ def _tool(row: Any) -> Tool:
         project=row["project"],
         upstream_name=row["upstream_name"],
         group=row["grp"],
-        title=row["title"],
-        description=row["description"],
+        title=visible(row["title"]),
+        description=visible(row["description"]),
         kind=row["kind"],
-        input_schema=loads(row["input_schema"]),
+        input_schema=loads(visible_json(row["input_schema"])),
         binding=loads(row["binding"]),
-        annotations=loads(row["annotations"]) or {},
+        annotations=loads(visible_json(row["annotations"])) or {},
         source_kind=row["source_kind"],
         base_url=row["base_url"],
         health=row["health"],
@@ -57,9 +58,9 @@ def _toolkit(row: Any) -> Toolkit:
         slug=row["slug"],
         project=row["project"],
         source_kind=row["source_kind"],
-        title=row["title"],
-        description=row["description"],
-        guide=row["guide"],
+        title=visible(row["title"]),
+        description=visible(row["description"]),
+        guide=visible(row["guide"]),
         base_url=row["base_url"],
         source=row["source"],
         tool_count=row["tool_count"],
@@ -89,13 +90,21 @@ async def ensure_project(tx: WriteTx, project: str) -> int:
 
 
 async def store_toolkit(
-    tx: WriteTx, draft: ToolkitDraft, *, project: str, replace: bool, state: str = "active"
+    tx: WriteTx,
+    draft: ToolkitDraft,
+    *,
+    project: str,
+    replace: bool,
+    state: str = "active",
+    screening: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> tuple[int, list[tuple[int, ToolDraft]] | None]:
     """Insert a toolkit and its tools, or with ``replace`` update an existing toolkit's row.
 
     New tools are stored in ``state`` (``pending`` when the owner asked to approve them
     first) with their fingerprint, which later re-syncs compare against (see
-    ``catalogue/sync``). Returns the toolkit id and the new tools with their ids; None for
+    ``catalogue/sync``), and their findings (``screening``, by upstream name; a tool with
+    any is stored ``pending``; None: not screened). Returns the toolkit id and the new tools
+    with their ids; None for
     the tools of a replaced toolkit, which this leaves alone: the caller re-imports them
     with ``sync_store.replace_tools`` (a replace keeps approvals, kinds, grants, vectors).
     """
@@ -136,10 +145,11 @@ async def store_toolkit(
     )
     stored: list[tuple[int, ToolDraft]] = []
     for tool in draft.tools:
+        rows = None if screening is None else list(screening.get(tool.upstream_name, []))
         tool_id = await tx.run(
             "INSERT INTO tools (toolkit_id, name, upstream_name, grp, title, description, kind,"
-            " input_schema, binding, annotations, state, fingerprint)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " input_schema, binding, annotations, state, fingerprint, screening)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 kit_id,
                 tool.name,
@@ -151,8 +161,9 @@ async def store_toolkit(
                 dumps(tool.input_schema),
                 None if tool.binding is None else dumps(tool.binding),
                 dumps(tool.annotations),
-                state,
+                "pending" if rows else state,
                 fingerprint(tool),
+                None if rows is None else dumps(rows),
             ),
         )
         stored.append((tool_id, tool))

@@ -19,6 +19,7 @@ tool keeps its stored gateway name so that agents' references stay valid.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -64,6 +65,8 @@ class StoredTool:
     description: str = ""
     input_schema: dict[str, Any] = field(default_factory=dict)
     annotations: dict[str, Any] = field(default_factory=dict)
+    screening: list[dict[str, str]] | None = None  # None: stored before screening existed
+    previous: dict[str, Any] | None = None  # the definition a pending change replaced
 
     @property
     def current_fingerprint(self) -> str:
@@ -84,6 +87,11 @@ class Step:
     tool_id: int | None = None
     draft: ToolDraft | None = None
     fingerprint: str = ""
+    screening: list[dict[str, str]] | None = None  # the draft's findings (None: not screened)
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.screening) and self.state == "pending"
 
 
 @dataclass
@@ -121,6 +129,15 @@ class SyncPlan:
         being updated are included without a check.
         """
         return [s.tool_id for s in self.steps if s.tool_id is not None and s.action in ("update", "disable")]
+
+    @property
+    def flagged(self) -> list[dict[str, Any]]:
+        """The tools this plan holds pending for what the screening found, with the reasons."""
+        return [
+            {"name": s.name, "screening": s.screening}
+            for s in sorted(self.steps, key=lambda s: s.name)
+            if s.flagged and s.action != "keep"
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -206,6 +223,42 @@ def plan_replace(
                 state = "pending" if approvals else (new_state if step.why == "returned" else before.state)
             draft = drafts[before.upstream_name]
             steps.append(replace(step, action="update", state=state, draft=draft))
+        else:
+            steps.append(step)
+    return SyncPlan(steps)
+
+
+def screen_plan(
+    plan: SyncPlan,
+    stored: list[StoredTool],
+    fresh: list[ToolDraft],
+    findings: Mapping[str, list[dict[str, str]]] | None,
+) -> SyncPlan:
+    """Hold the tools whose fresh definition the screening flagged (``findings`` by upstream
+    name; None: screening is off, nothing is held and nothing recorded).
+
+    A new or changed tool with findings is stored ``pending`` whatever the plan said. An
+    unchanged tool keeps its state, because its approval covered this very definition, unless
+    it was stored before screening existed: then it is screened now like a new one.
+    """
+    if findings is None:
+        return plan
+    old = {t.id: t for t in stored}
+    drafts = {d.upstream_name: d for d in fresh}
+    steps: list[Step] = []
+    for step in plan.steps:
+        if step.draft is not None:
+            rows = list(findings.get(step.draft.upstream_name, []))
+            state: ToolState = "pending" if rows and step.state != "disabled" else step.state
+            steps.append(replace(step, state=state, screening=rows))
+        elif step.action == "keep" and step.tool_id is not None:
+            before = old[step.tool_id]
+            rows = list(findings.get(before.upstream_name, []))
+            if before.screening is None and rows and before.state == "active":
+                draft = drafts[before.upstream_name]
+                steps.append(replace(step, action="update", state="pending", draft=draft, screening=rows))
+            else:
+                steps.append(replace(step, screening=rows if before.screening is None else None))
         else:
             steps.append(step)
     return SyncPlan(steps)

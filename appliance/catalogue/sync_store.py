@@ -6,9 +6,11 @@ see every state: they serve the owner, who must see pending and disabled tools t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from appliance.catalogue.sync import STATES, StoredTool, SyncPlan, ToolState, plan_replace
+from appliance.catalogue.screening import Installed
+from appliance.catalogue.sync import STATES, StoredTool, SyncPlan, ToolState, plan_replace, screen_plan
 from appliance.db import ReadConn, WriteTx, dumps, loads
 from appliance.errors import InvalidParams, NotFound
 from appliance.models import KINDS, Kind, ToolDraft
@@ -55,7 +57,22 @@ def _stored(row: Any) -> StoredTool:
         description=row["description"],
         input_schema=loads(row["input_schema"]) or {},
         annotations=loads(row["annotations"]) or {},
+        screening=loads(row["screening"]),
+        previous=loads(row["previous"]),
     )
+
+
+async def installed_names(conn: ReadConn) -> list[Installed]:
+    """Every toolkit's slug and the upstream names of its tools that are not gone: what a
+    new name is compared with for imitation (catalogue/screening.NameIndex)."""
+    rows = await conn.all(
+        "SELECT k.slug, t.upstream_name FROM tools t JOIN toolkits k ON k.id = t.toolkit_id"
+        " WHERE t.state != 'disabled' ORDER BY k.id, t.id"
+    )
+    by_slug: dict[str, list[str]] = {}
+    for r in rows:
+        by_slug.setdefault(r["slug"], []).append(r["upstream_name"])
+    return [Installed(slug, tuple(names)) for slug, names in by_slug.items()]
 
 
 async def stored_tools(
@@ -63,13 +80,27 @@ async def stored_tools(
 ) -> list[StoredTool]:
     sql = (
         "SELECT id, name, upstream_name, state, fingerprint, kind, kind_override, description,"
-        " input_schema, annotations FROM tools WHERE toolkit_id = ?"
+        " input_schema, annotations, screening, previous FROM tools WHERE toolkit_id = ?"
     )
     params: list[Any] = [toolkit_id]
     if state is not None:
         sql += " AND state = ?"
         params.append(state)
     return [_stored(r) for r in await conn.all(sql + " ORDER BY name", params)]
+
+
+# What a pending change replaced, kept for its diff: the oldest one while the tool waits (the
+# definition last approved), read from the row before this UPDATE writes it (SQLite evaluates
+# every SET expression over the old row).
+_PREVIOUS = (
+    "CASE WHEN ? THEN COALESCE(previous, json_object('description', description,"
+    " 'input_schema', json(input_schema), 'annotations', json(annotations)))"
+    " WHEN ? THEN NULL ELSE previous END"
+)
+
+
+def _rows(screening: list[dict[str, str]] | None) -> str | None:
+    return None if screening is None else dumps(screening)
 
 
 async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
@@ -80,8 +111,8 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
             assert draft is not None
             await tx.run(
                 "INSERT INTO tools (toolkit_id, name, upstream_name, grp, title, description, kind,"
-                " input_schema, binding, annotations, state, fingerprint)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " input_schema, binding, annotations, state, fingerprint, screening)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     toolkit_id,
                     step.name,
@@ -95,6 +126,7 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
                     dumps(draft.annotations),
                     step.state,
                     step.fingerprint,
+                    _rows(step.screening),
                 ),
             )
         elif step.action == "update":
@@ -103,7 +135,8 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
             # (the tool is pending again anyway, so the owner looks at it before it runs).
             await tx.run(
                 "UPDATE tools SET grp = ?, title = ?, description = ?, kind = ?, input_schema = ?,"
-                " binding = ?, annotations = ?, state = ?, fingerprint = ? WHERE id = ?",
+                " binding = ?, annotations = ?, state = ?, fingerprint = ?, screening = ?,"
+                f" previous = {_PREVIOUS} WHERE id = ?",
                 (
                     draft.group,
                     draft.title,
@@ -114,6 +147,9 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
                     dumps(draft.annotations),
                     step.state,
                     step.fingerprint,
+                    _rows(step.screening),
+                    step.state == "pending" and step.why in ("changed", "returned"),
+                    step.state == "active",
                     step.tool_id,
                 ),
             )
@@ -124,17 +160,36 @@ async def apply_plan(tx: WriteTx, toolkit_id: int, plan: SyncPlan) -> None:
         "UPDATE tools SET fingerprint = ? WHERE id = ? AND fingerprint = ''",
         [(s.fingerprint, s.tool_id) for s in plan.steps if s.action == "keep"],
     )
+    # Unchanged tools stored before screening existed get their (clean) findings.
+    await tx.run_many(
+        "UPDATE tools SET screening = ? WHERE id = ? AND screening IS NULL",
+        [
+            (_rows(s.screening), s.tool_id)
+            for s in plan.steps
+            if s.action == "keep" and s.screening is not None
+        ],
+    )
     await tx.run(f"UPDATE toolkits SET updated_at = {_NOW} WHERE id = ?", (toolkit_id,))
 
 
 async def replace_tools(
-    tx: WriteTx, toolkit_id: int, slug: str, fresh: list[ToolDraft], *, state: ToolState, approvals: bool
+    tx: WriteTx,
+    toolkit_id: int,
+    slug: str,
+    fresh: list[ToolDraft],
+    *,
+    state: ToolState,
+    approvals: bool,
+    screening: Mapping[str, list[dict[str, str]]] | None = None,
 ) -> SyncPlan:
-    """Re-import ``fresh`` over the toolkit's tools (``catalogue/sync.plan_replace``) and apply it.
+    """Re-import ``fresh`` over the toolkit's tools (``catalogue/sync.plan_replace``, then the
+    screening's holds) and apply it.
 
     The caller keeps the index in step: ``plan.leaving_index`` out, then the active tools in.
     """
-    plan = plan_replace(await stored_tools(tx, toolkit_id), fresh, slug, new_state=state, approvals=approvals)
+    stored = await stored_tools(tx, toolkit_id)
+    plan = plan_replace(stored, fresh, slug, new_state=state, approvals=approvals)
+    plan = screen_plan(plan, stored, fresh, screening)
     await apply_plan(tx, toolkit_id, plan)
     return plan
 
@@ -143,6 +198,13 @@ async def set_state(tx: WriteTx, tool_ids: list[int], state: ToolState) -> None:
     if state not in STATES:
         raise InvalidParams(f"unknown tool state {state!r}", field="state")
     await tx.run_many("UPDATE tools SET state = ? WHERE id = ?", [(state, i) for i in tool_ids])
+
+
+async def approve_tools(tx: WriteTx, tool_ids: list[int]) -> None:
+    """Active, and the change it was held for forgotten (its findings stay, for the audit)."""
+    await tx.run_many(
+        "UPDATE tools SET state = 'active', previous = NULL WHERE id = ?", [(i,) for i in tool_ids]
+    )
 
 
 async def index_data(conn: ReadConn, tool_ids: list[int]) -> list[dict[str, Any]]:

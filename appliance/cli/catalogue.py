@@ -275,6 +275,9 @@ def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None
     if as_json:
         emit(report.as_dict())
         return
+    for f in report.flagged:
+        click.echo(f"{'held by screening':<24} {f['name']}")
+        _findings("reasons", f["screening"])
     for label, names in (
         ("added (pending)", report.added),
         ("changed (pending again)", report.changed),
@@ -294,21 +297,42 @@ def sync_(slug: str, project: str, data_dir: str | None, config_file: str | None
 def pending(slug: str, project: str, data_dir: str | None, config_file: str | None, as_json: bool) -> None:
     """List a toolkit's tools awaiting approval."""
     from appliance.gateway import sync
+    from appliance.gateway.screening import reveal
 
     tools = operate(data_dir, config_file, lambda rt: sync.list_pending(rt, slug, project))
     if as_json:
         emit({"toolkit": slug, "project": project, "pending": tools})
         return
     for t in tools:
-        click.echo(f"{t['name']:<48} {t['kind']:<12} {t['description'][:80]}")
+        click.echo(f"{t['name']:<48} {t['kind']:<12} {reveal(t['description'][:80])}")
+        _findings("held by screening", t["screening"])
+        for part, diff in (t["changes"] or {}).items():
+            if diff:
+                click.echo(f"    changed ({part}):")
+                for line in diff.split("\n"):
+                    click.echo(f"      {line}")
     if not tools:
         click.echo(f"{project}/{slug}: nothing pending")
+
+
+def _findings(label: str, rows: list[dict[str, str]] | None) -> None:
+    if not rows:
+        return
+    click.echo(f"    {label}:")
+    for f in rows:
+        evidence = f" [{f['evidence']}]" if f.get("evidence") else ""
+        click.echo(f"      {f['category']}: {f['reason']}{evidence}")
 
 
 @main.command()
 @click.argument("slug")
 @click.option("--tool", "tool_names", multiple=True, metavar="NAME", help="A tool to approve (repeatable).")
-@click.option("--all", "approve_all", is_flag=True, help="Approve every pending tool.")
+@click.option(
+    "--all", "approve_all", is_flag=True, help="Approve every pending tool the screening did not flag."
+)
+@click.option(
+    "--flagged", "with_flagged", is_flag=True, help="With --all: the tools the screening flagged too."
+)
 @click.option("--project", default="default", show_default=True)
 @STORE
 @guard
@@ -316,26 +340,39 @@ def approve(
     slug: str,
     tool_names: tuple[str, ...],
     approve_all: bool,
+    with_flagged: bool,
     project: str,
     data_dir: str | None,
     config_file: str | None,
     as_json: bool,
 ) -> None:
-    """Approve pending tools so agents can find and call them."""
+    """Approve pending tools so agents can find and call them.
+
+    A tool the screening flagged is approved by name (--tool), or by --all --flagged, knowing
+    its reasons (`toolspoke pending` shows them)."""
     from appliance.gateway import sync
 
     if approve_all == bool(tool_names):
         fail("give --tool NAME (repeatable) or --all", 2)
+    if with_flagged and not approve_all:
+        fail("--flagged goes with --all (name a flagged tool with --tool instead)", 2)
     chosen = None if approve_all else list(tool_names)
-    approved = operate(
-        data_dir, config_file, lambda rt: sync.approve(rt, slug, project=project, tools=chosen)
+    done = operate(
+        data_dir,
+        config_file,
+        lambda rt: sync.approve(rt, slug, project=project, tools=chosen, flagged=with_flagged),
     )
     if as_json:
-        emit({"toolkit": slug, "project": project, "approved": approved})
+        emit({"toolkit": slug, "project": project, **done})
         return
-    for name in approved:
-        click.echo(f"approved {name}")
-    if not approved:
+    flagged = {f["name"]: f["screening"] for f in done["flagged"]}
+    for name in done["approved"]:
+        click.echo(f"approved {name}" + (" (flagged by screening)" if name in flagged else ""))
+        _findings("approved over", flagged.get(name))
+    for h in done["held"]:
+        click.echo(f"held     {h['name']} (flagged by screening: approve it by name, or --all --flagged)")
+        _findings("reasons", h["screening"])
+    if not done["approved"]:
         click.echo("nothing to approve")
 
 

@@ -25,8 +25,10 @@ def default_migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-# Numbers handed to parallel branches in session 3 that none of them needed: never used.
-_RESERVED: frozenset[int] = frozenset({8, 9})
+# Numbers handed to parallel branches in session 3 that none of them needed: never used (8, 9).
+# 13 is the console's (issue 18), handed out beside 14 (tool screening): a reserved number may
+# be present or absent, so either branch lands first without a gap.
+_RESERVED: frozenset[int] = frozenset({8, 9, 13})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:

@@ -18,11 +18,12 @@ from appliance.catalogue.catalog_jsonl import convert_catalog
 from appliance.catalogue.mcp_listing import convert_tools_list
 from appliance.catalogue.naming import validate_slug
 from appliance.catalogue.openapi import convert_openapi
+from appliance.catalogue.screening import visible
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
 from appliance.children.processes import StdioSpec, check_spec
 from appliance.errors import ApplianceError, ImportFailed, UpstreamError
-from appliance.gateway import demo_api, redaction
+from appliance.gateway import demo_api, redaction, screening
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.sync import index_ids
@@ -47,6 +48,7 @@ class ImportReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     changes: dict[str, Any] | None = None  # a replace: added, changed, removed, returned, pending
+    held: list[dict[str, Any]] = field(default_factory=list)  # pending for what screening found
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,12 +62,17 @@ class ImportReport:
             "tools": self.tools,
             "skipped": self.skipped,
             "notes": self.notes,
+            "held": self.held,
             **({"changes": self.changes} if self.changes is not None else {}),
             "seconds": round(self.seconds, 3),
         }
 
     def apply(self, stored: _Stored) -> None:
-        self.replaced, self.changes = stored.replaced, stored.changes
+        self.replaced, self.changes, self.held = stored.replaced, stored.changes, stored.held
+        if self.held:
+            self.notes.append(
+                f"{len(self.held)} tool(s) held pending by screening: see `toolspoke pending {self.slug}`"
+            )
 
 
 async def read_source(rt: Runtime, source: str) -> bytes:
@@ -114,6 +121,7 @@ async def count_import(rt: Runtime, importer: Principal | None) -> None:
 class _Stored:
     replaced: bool
     changes: dict[str, Any] | None = None  # a replace: what it did to the existing tools
+    held: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _store(
@@ -130,9 +138,13 @@ async def _store(
     # the search index (it holds active tools only) until approved.
     state: ToolState = "pending" if approve_new else "active"
     outcome = _Stored(replaced=False)
+    texts = await screening.texts(rt, draft.tools)
     async with rt.db.write() as tx:
         existed = importer is not None and await grants.check_import_target(tx, importer, draft.slug, project)
-        kit_id, stored = await store.store_toolkit(tx, draft, project=project, replace=replace, state=state)
+        found = await screening.with_names(tx, draft.slug, draft.tools, texts)
+        kit_id, stored = await store.store_toolkit(
+            tx, draft, project=project, replace=replace, state=state, screening=found
+        )
         if importer is not None and not existed:
             # A new toolkit belongs to whoever imported it (the CLI's: the platform's).
             await grants.set_owner(tx, kit_id, None if importer.operator else importer.user_id)
@@ -143,21 +155,30 @@ async def _store(
             # approvals, kind overrides, grants and vectors survive (catalogue/sync.plan_replace).
             approvals = draft.source_kind == "mcp"
             plan = await sync_store.replace_tools(
-                tx, kit_id, draft.slug, draft.tools, state=state, approvals=approvals
+                tx, kit_id, draft.slug, draft.tools, state=state, approvals=approvals, screening=found
             )
             await fts.unindex(tx, plan.leaving_index)
             # Every matched tool was rewritten (and left the index): index what is active now.
             active = await sync_store.stored_tools(tx, kit_id, state="active")
             await index_ids(tx, [t.id for t in active])
             pending = await sync_store.stored_tools(tx, kit_id, state="pending")
-            outcome = _Stored(replaced=True, changes={**plan.as_dict(), "pending": [t.name for t in pending]})
+            outcome = _Stored(
+                replaced=True,
+                changes={**plan.as_dict(), "pending": [t.name for t in pending]},
+                held=plan.flagged,
+            )
             if draft.source_kind == "mcp":
                 # The import has just talked to the server: a health verdict on what the
                 # toolkit was before (another URL or command, perhaps) does not carry over.
                 await store.set_toolkit_health(tx, kit_id, "active", "re-imported: the server answered")
         else:
+            outcome.held = screening.held(draft.tools, found)
+            flagged = {h["name"] for h in outcome.held}
             await fts.index_tools(
-                tx, [] if approve_new else [_index_row(draft.slug, i, t) for i, t in stored]
+                tx,
+                []
+                if approve_new
+                else [_index_row(draft.slug, i, t) for i, t in stored if t.name not in flagged],
             )
         await fts.optimize(tx)
     await rt.db.checkpoint()
@@ -174,7 +195,7 @@ def _index_row(slug: str, tool_id: int, t: ToolDraft) -> fts.IndexRow:
         toolkit=slug,
         group=t.group,
         upstream_name=t.upstream_name,
-        description=t.description,
+        description=visible(t.description),
         input_schema=t.input_schema,
     )
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.catalogue import sync_store
+from appliance.catalogue.changes import changes
 from appliance.catalogue.mcp_listing import convert_tools_list
-from appliance.catalogue.sync import plan_sync
+from appliance.catalogue.screening import visible
+from appliance.catalogue.sync import StoredTool, plan_sync, screen_plan
 from appliance.db import WriteTx
 from appliance.errors import InvalidParams, NotFound, UpstreamError
-from appliance.gateway import credentials, redaction
+from appliance.gateway import credentials, redaction, screening
 from appliance.gateway.calls import pool_key
 from appliance.gateway.runtime import Runtime
 from appliance.models import KINDS, RUNNER_FOR_KIND, Kind
@@ -40,6 +42,7 @@ class SyncReport:
     returned: list[str] = field(default_factory=list)  # disabled, back upstream: pending
     unchanged: int = 0
     pending: list[str] = field(default_factory=list)  # every tool now awaiting approval
+    flagged: list[dict[str, Any]] = field(default_factory=list)  # held for what screening found
     skipped: list[dict[str, str]] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -53,6 +56,7 @@ class SyncReport:
             "returned": self.returned,
             "unchanged": self.unchanged,
             "pending": self.pending,
+            "flagged": self.flagged,
             "skipped": self.skipped,
             "seconds": round(self.seconds, 3),
         }
@@ -70,7 +74,7 @@ async def index_ids(tx: WriteTx, tool_ids: list[int]) -> None:
                 toolkit=r["toolkit"],
                 group=r["grp"],
                 upstream_name=r["upstream_name"],
-                description=r["description"],
+                description=visible(r["description"]),
                 input_schema=r["input_schema"],
             )
             for r in rows
@@ -111,11 +115,13 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
     draft = convert_tools_list(listed, slug)
     report = SyncReport(slug=slug, project=project)
     report.skipped = [{"where": s.where, "reason": s.reason} for s in draft.skipped]
+    texts = await screening.texts(rt, draft.tools)
     async with rt.db.write() as tx:
         # Read and plan inside the write transaction: an approval that committed while we
         # were listing is seen, and nothing can interleave between plan and apply.
         stored = await sync_store.stored_tools(tx, kit["id"])
-        plan = plan_sync(stored, draft.tools, slug)
+        found = await screening.with_names(tx, slug, draft.tools, texts)
+        plan = screen_plan(plan_sync(stored, draft.tools, slug), stored, draft.tools, found)
         await sync_store.apply_plan(tx, kit["id"], plan)
         leaving = plan.leaving_index
         if leaving:
@@ -125,6 +131,7 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
     report.added, report.changed = plan.added, plan.changed
     report.removed, report.returned = plan.removed, plan.returned
     report.unchanged = len(plan.unchanged)
+    report.flagged = plan.flagged
     report.pending = [t.name for t in pending]
     report.seconds = time.perf_counter() - started
     rt.semantic.wake()  # changed descriptions get new vectors
@@ -132,7 +139,10 @@ async def resync_toolkit(rt: Runtime, slug: str, *, project: str = "default") ->
 
 
 async def list_pending(rt: Runtime, slug: str, project: str = "default") -> list[dict[str, Any]]:
-    """Tools awaiting approval, with the full definition an approval would cover."""
+    """Tools awaiting approval, with the full definition an approval would cover, why the
+    screening holds it (``screening``: findings, [] when none) and, for a changed tool, what
+    changed (``changes``: unified diffs of description, schema and annotations; None for a
+    tool with nothing before it)."""
     async with rt.db.read() as conn:
         kit = await sync_store.find_toolkit(conn, slug, project=project)
         tools = await sync_store.stored_tools(conn, kit["id"], state="pending")
@@ -150,27 +160,39 @@ async def list_pending(rt: Runtime, slug: str, project: str = "default") -> list
                 "input_schema": t.input_schema,
                 "annotations": t.annotations,
                 "fingerprint": t.current_fingerprint,
+                "screening": t.screening or [],
+                "changes": changes(t.previous, t.description, t.input_schema, t.annotations),
             }
         )
     return out
 
 
 async def approve(
-    rt: Runtime, slug: str, *, project: str = "default", tools: list[str] | None = None
-) -> list[str]:
+    rt: Runtime,
+    slug: str,
+    *,
+    project: str = "default",
+    tools: list[str] | None = None,
+    flagged: bool = False,
+) -> dict[str, Any]:
     """Make pending tools active and searchable: ``tools`` by name (or upstream name), None = all.
 
+    A tool the screening flagged is approved knowingly: by name, or with ``flagged`` when
+    approving all; otherwise approving all leaves it pending (``held``, with its reasons).
     Approving an active tool is a no-op (idempotent); a disabled tool cannot be approved (it
     is gone upstream; a re-sync brings it back as pending if it returns). Returns the names
-    that became active.
+    that became active (``approved``), those of them the screening had flagged with the
+    reasons the owner approved them over (``flagged``), and ``held``.
     """
     if tools is not None and (not tools or not all(isinstance(n, str) and n for n in tools)):
         raise InvalidParams("'tools' must be a non-empty list of tool names", field="tools")
+    held = []
     async with rt.db.write() as tx:
         kit = await sync_store.find_toolkit(tx, slug, project=project)
         every = await sync_store.stored_tools(tx, kit["id"])
         if tools is None:
-            chosen = [t for t in every if t.state == "pending"]
+            chosen = [t for t in every if t.state == "pending" and (flagged or not t.screening)]
+            held = [t for t in every if t.state == "pending" and t.screening and not flagged]
         else:
             by_name = {t.name: t for t in every} | {
                 t.upstream_name: t for t in every if t.name != t.upstream_name
@@ -188,11 +210,21 @@ async def approve(
             )
         ids = [t.id for t in chosen]
         if ids:
-            await sync_store.set_state(tx, ids, "active")
+            await sync_store.approve_tools(tx, ids)
             await index_ids(tx, ids)
             await fts.optimize(tx)
     rt.semantic.wake()
-    return sorted(t.name for t in chosen)
+    return {
+        "approved": sorted(t.name for t in chosen),
+        "flagged": [
+            {"name": t.name, "screening": t.screening} for t in sorted(chosen, key=_name) if t.screening
+        ],
+        "held": [{"name": t.name, "screening": t.screening} for t in sorted(held, key=_name)],
+    }
+
+
+def _name(tool: StoredTool) -> str:
+    return tool.name
 
 
 def parse_kind(kind: Any) -> Kind | None:

@@ -369,14 +369,25 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/api/v1/toolkits/{slug}/pending": {
         "parameters": [_SLUG_P],
-        "get": _op("Tools awaiting approval (owner or admin)", {"type": "object"}, params=[_PROJECT_Q]),
+        "get": _op(
+            "Tools awaiting approval, the screening's reasons, the diffs of changed ones (owner or admin)",
+            {"type": "object"},
+            params=[_PROJECT_Q],
+        ),
     },
     "/api/v1/toolkits/{slug}/approve": {
         "parameters": [_SLUG_P],
         "post": _op(
             "Approve pending tools (owner or admin)",
             {"type": "object"},
-            body=_obj({"tools": _NAMES, "all": {"type": "boolean"}, "project": {"type": "string"}}),
+            body=_obj(
+                {
+                    "tools": _NAMES,
+                    "all": {"type": "boolean"},
+                    "flagged": {"type": "boolean"},
+                    "project": {"type": "string"},
+                }
+            ),
         ),
     },
     "/api/v1/toolkits/{slug}/probe": {

@@ -4,8 +4,10 @@ Routes (a user's key: the toolkit's owner or an admin; reclassifying: an admin;
 ``project`` from the query string or the body, default ``default``):
 
 - ``POST /api/v1/toolkits/<slug>/sync``: list the upstream's tools now and apply the plan
-- ``GET  /api/v1/toolkits/<slug>/pending``: tools awaiting approval, full definitions
+- ``GET  /api/v1/toolkits/<slug>/pending``: tools awaiting approval, full definitions, the
+  screening's reasons and, for a changed tool, the diffs of what changed
 - ``POST /api/v1/toolkits/<slug>/approve``: body ``{"tools": [names]}`` or ``{"all": true}``
+  (``"flagged": true`` with ``all`` approves the tools the screening flagged too)
 - ``POST /api/v1/tools/<name>/kind``: body ``{"kind": "read"|"write"|"destructive"|"auto"}``
 
 The ``ResyncScheduler`` starts and stops in the serving order (``gateway/lifecycle.py``).
@@ -71,9 +73,15 @@ async def pending(request: Request, slug: str) -> Any:
 async def approve(request: Request, slug: str) -> Any:
     doc = _body(request)
     project = await _managed_project(request, slug, doc)
-    every, names = doc.get("all"), doc.get("tools")
+    every, names, flagged = doc.get("all"), doc.get("tools"), doc.get("flagged", False)
     if every is not None and not isinstance(every, bool):
         raise InvalidParams("'all' must be true or false", field="all")
+    if not isinstance(flagged, bool):
+        raise InvalidParams("'flagged' must be true or false", field="flagged")
+    if flagged and not every:
+        raise InvalidParams(
+            "'flagged' goes with 'all'; name flagged tools in 'tools' instead", field="flagged"
+        )
     if every and names is not None:
         raise InvalidParams("give either 'tools' or 'all', not both", field="tools")
     tools: list[str] | None = None
@@ -83,8 +91,8 @@ async def approve(request: Request, slug: str) -> Any:
                 "'tools' must be a non-empty list of tool names (or send {\"all\": true})", field="tools"
             )
         tools = [str(n) for n in names]
-    approved = await sync.approve(request.app.ctx.rt, slug, project=project, tools=tools)
-    return {"toolkit": slug, "project": project, "approved": approved}
+    done = await sync.approve(request.app.ctx.rt, slug, project=project, tools=tools, flagged=flagged)
+    return {"toolkit": slug, "project": project, **done}
 
 
 @bp.post("/tools/<name>/kind")

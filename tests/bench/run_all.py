@@ -24,6 +24,7 @@ STEPS = (
     ("Spend and accounting: what it adds to a call, calls/s through the full path", ["accounting.py"]),
     ("Vault and egress: sealing, rotation, guard cost", ["vault_bench.py"]),
     ("Redaction: a 1 MiB answer against 1,000 vault secrets", ["redaction_bench.py"]),
+    ("Tool-description screening: recall, false positives, time per 1,000 tools", ["screening.py"]),
 )
 
 if __name__ == "__main__":

@@ -4,6 +4,11 @@ No SDK, so a start or a restart costs one interpreter start. One read tool, ``he
 answers ``hello`` with the server's pid as structured content, so a test can tell one child
 from its replacement. Run it as ``python tests/support/tiny_stdio.py``; ``connection()`` gives
 the stdio connection a toolkit or a pool uses.
+
+With ``TINY_TOOLS`` naming a file, the tools listed are that file's JSON list (``name``,
+``description``, ``inputSchema``), read at every ``tools/list``, so a test can poison a
+description or change one between two re-syncs; a call then answers
+``<name>:<arguments as sorted JSON>``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ def connection() -> dict[str, Any]:
     }
 
 
+def _listed() -> list[dict[str, Any]]:
+    path = os.environ.get("TINY_TOOLS")
+    if not path:
+        return [HELLO]
+    listed: list[dict[str, Any]] = json.loads(Path(path).read_text(encoding="utf-8"))
+    return [{"annotations": {"readOnlyHint": True}, **t} for t in listed]
+
+
 def _answer(msg: dict[str, Any]) -> dict[str, Any]:
     method = msg.get("method")
     if method == "initialize":
@@ -40,7 +53,11 @@ def _answer(msg: dict[str, Any]) -> dict[str, Any]:
             "serverInfo": {"name": "tiny", "version": "1"},
         }
     elif method == "tools/list":
-        result = {"tools": [HELLO]}
+        result = {"tools": _listed()}
+    elif method == "tools/call" and os.environ.get("TINY_TOOLS"):
+        params = msg.get("params") or {}
+        text = f"{params.get('name')}:{json.dumps(params.get('arguments') or {}, sort_keys=True)}"
+        result = {"content": [{"type": "text", "text": text}]}
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "hello"}], "structuredContent": {"pid": os.getpid()}}
     else:

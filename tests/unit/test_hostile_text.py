@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from appliance.catalogue import naming, openapi, openapi_operation
+from appliance.catalogue import naming, openapi, openapi_operation, screening
 from appliance.children import spec as stdio_spec
 from appliance.egress import guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
@@ -104,6 +104,7 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "text.match_expression": text.match_expression,
     "text.index_text": lambda s: text.index_text(s, s, s, s, {"properties": {s: {}}}, upstream_name=s),
     "naming._INVALID_RUN": lambda s: naming._INVALID_RUN.sub("_", s),
+    "screening._WORD": lambda s: screening.screen_tool(s, s, s, {"properties": {s: {"description": s}}}),
     "naming._SLUG_RE": lambda s: naming._SLUG_RE.match(s),
     "openapi._VARIABLE": lambda s: openapi._VARIABLE.sub("x", s),
     "openapi_operation._ARG_INVALID": lambda s: openapi_operation._ARG_INVALID.sub("_", s),
