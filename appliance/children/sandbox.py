@@ -74,7 +74,9 @@ class Limits:
             ("nofile", self.open_files),
             ("fsize", self.file_bytes),
         )
-        return [f"--{flag}={value}:{value}" for flag, value in pairs if value > 0]
+        # CPU: SIGXCPU at the soft limit (a server may log and exit), SIGKILL 5 s of CPU later.
+        hard = {"cpu": self.cpu_s + 5}
+        return [f"--{flag}={value}:{hard.get(flag, value)}" for flag, value in pairs if value > 0]
 
 
 @dataclass(frozen=True)
@@ -253,7 +255,9 @@ class Sandbox:
         elif self.disable_userns:
             argv.append("--disable-userns")
         argv += self._system()
-        argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        for tmp in ("/tmp", "/dev/shm"):  # sticky and world-writable, as everywhere; bounded
+            argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", tmp]
         made: set[Path] = {Path("/")}
         for path in self.read_paths:
             if path.exists():
