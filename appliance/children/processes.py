@@ -213,8 +213,9 @@ class StdioProcess:
                 check=False,
             )
         except subprocess.TimeoutExpired:
+            limit = self.spec.start_timeout_s
             raise UpstreamError(
-                f"stdio server {self.name!r}: installing its package took over {self.spec.start_timeout_s:g}s",
+                f"stdio server {self.name!r}: installing its package took over {limit:g}s",
                 reason="upstream_timeout",
             ) from None
         if done.returncode != 0:

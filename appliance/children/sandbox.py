@@ -210,7 +210,7 @@ class Sandbox:
         """The variables that point every tool's caches and state into ``home``."""
         env = {
             "HOME": str(home),
-            "TMPDIR": "/tmp",
+            "TMPDIR": "/tmp",  # noqa: S108 - the sandbox's own, a private tmpfs
             "XDG_CACHE_HOME": str(home / ".cache"),
             "XDG_CONFIG_HOME": str(home / ".config"),
             "XDG_DATA_HOME": str(home / ".local" / "share"),
@@ -256,7 +256,8 @@ class Sandbox:
             argv.append("--disable-userns")
         argv += self._system()
         argv += ["--proc", "/proc", "--dev", "/dev"]
-        for tmp in ("/tmp", "/dev/shm"):  # sticky and world-writable, as everywhere; bounded
+        # Private tmpfs mounts, sticky and world-writable as everywhere, and bounded.
+        for tmp in ("/tmp", "/dev/shm"):  # noqa: S108
             argv += ["--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", tmp]
         made: set[Path] = {Path("/")}
         for path in self.read_paths:
