@@ -26,21 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
-from appliance.children.sandbox import Sandbox, probe
+from appliance.children.sandbox import probe
+from tests.support.nesting import INIT
 from tests.support.peers import MEMORY
+from tests.support.sandboxes import local_sandbox
 from tests.support.servers import REPO
 
 HOSTILE = REPO / "tests" / "support" / "hostile_stdio.py"
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
 
 
 def tree(pid: int) -> list[int]:
@@ -96,30 +88,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
     runs = parser.parse_args().runs
-    found = probe()
-    if not found.available or found.bwrap is None or found.prlimit is None:
-        print(f"no sandbox here: {found.detail}")
-        return
     servers = {
         "python (hostile_stdio.py)": StdioSpec(command=sys.executable, args=(str(HOSTILE),)),
         "node (server-memory)": StdioSpec(
             command="node", args=(str(MEMORY),), env={"MEMORY_FILE_PATH": "/tmp/graph.jsonl"}
         ),
     }
-    print(f"{runs} runs each; root: {os.geteuid() == 0}; {found.bwrap}\n")
+    print(f"{runs} runs each; root: {os.geteuid() == 0}; {probe().detail}\n")
     print("| server | mode | cold start median ms | p90 ms | tree RSS MiB | tree PSS MiB | processes |")
     print("|---|---|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         data.mkdir()
-        box = Sandbox(
-            bwrap=found.bwrap,
-            prlimit=found.prlimit,
-            setpriv=found.setpriv or "",
-            data_dir=data,
-            read_paths=(REPO, Path(sys.base_prefix).resolve()),
-            disable_userns=found.disable_userns,
-        )
+        box = local_sandbox(data)
+        if box is None:
+            print(f"no sandbox here: {probe().detail}")
+            return
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         plain = StdioPolicy(workdir_root=data / "stdio", base_env=env)
         boxed = StdioPolicy(workdir_root=data / "stdio", base_env=env, sandbox=box)

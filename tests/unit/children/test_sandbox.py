@@ -15,6 +15,7 @@ from appliance.children import sandbox as sandbox_mod
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.children.sandbox import Limits, Probe, Sandbox, from_settings, package_install, probe
 from appliance.errors import UpstreamError
+from tests.support.sandboxes import local_sandbox
 
 ROOT = os.geteuid() == 0
 
@@ -178,20 +179,11 @@ def test_a_required_sandbox_that_is_missing_refuses_the_server_and_spawns_nothin
 
 @pytest.mark.skipif(not probe().available, reason="no sandbox on this machine")
 def test_a_sandboxed_child_answers_and_sees_only_its_own_world(tmp_path: Path) -> None:
-    found = probe()
-    assert found.bwrap is not None and found.prlimit is not None
     data = tmp_path / "data"
     data.mkdir()
     (data / "master.key").write_text("k")
-    base = Path(sys.base_prefix).resolve()
-    box = Sandbox(
-        bwrap=found.bwrap,
-        prlimit=found.prlimit,
-        setpriv=found.setpriv or "",
-        data_dir=data,
-        read_paths=(base, Path(sys.prefix).resolve()),
-        disable_userns=found.disable_userns,
-    )
+    box = local_sandbox(data)
+    assert box is not None
     policy = StdioPolicy(workdir_root=data / "stdio", base_env={"PATH": "/usr/bin:/bin"}, sandbox=box)
     body = (
         "import json, os, sys; sys.stdin.readline();"
