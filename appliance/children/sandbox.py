@@ -6,22 +6,23 @@ a private ``/tmp``, a minimal ``/dev`` and its own ``/proc``, the operator's ext
 paths, and two writable directories of its own toolkit: its work directory and its ``HOME``
 (which holds its npm, uv and pip caches). Nothing else of the data directory (the database,
 ``master.key``, other toolkits) exists in its view, and it has no network: a new network
-namespace holds only its own loopback. It lives in new user, pid, ipc, uts and cgroup
-namespaces and dies with the gateway (``--die-with-parent``); when the server's first
-process ends, the pid namespace ends and takes every descendant with it.
+namespace holds only its own loopback. It lives in new pid, ipc, uts and cgroup namespaces
+and dies with the gateway (``--die-with-parent``); when the server's first process ends,
+the pid namespace ends and takes every descendant with it.
 
-Limits are set by ``prlimit`` (util-linux) just before the server is run. The kernel never
-applies ``RLIMIT_NPROC`` to real root, nor to a user namespace root made of it, so a gateway
-running as root runs bwrap privileged (no user namespace; capabilities dropped but the three
-``setpriv`` and ``--chdir`` need) and ``setpriv`` turns the sandbox into an unprivileged uid of its own per
-toolkit (``stdio_sandbox_uid_base`` + a hash of the name) before ``prlimit``: the process bound is then
-that toolkit's, and bwrap sets no-new-privileges, so no set-uid program gives root back.
-A gateway that is not root runs bwrap in a new user namespace; ``prlimit`` runs inside it,
-where the kernel counts processes per user per namespace: the bound is the sandbox's own.
+Limits are set by ``prlimit`` (util-linux) just before the server runs. The kernel never
+applies ``RLIMIT_NPROC`` to real root, nor to a user namespace whose root is real root. So
+a gateway running as root runs bwrap with real privilege and no user namespace, keeping
+only the three capabilities ``setpriv`` and ``--chdir`` need, and ``setpriv`` makes the
+server an unprivileged uid of its own per toolkit (``stdio_sandbox_uid_base`` + a hash of
+the name) before ``prlimit``: the process bound is that toolkit's, and bwrap sets
+no-new-privileges, so no set-uid program gives root back. A gateway that is not root runs
+bwrap in a new user namespace, where the kernel counts processes per user per namespace:
+the bound is that sandbox's own.
 
-``package_install`` gives the command run in the same confinement with the network on and a command that only
-installs an ``npx``/``uvx`` package into the toolkit's caches: it runs before the first
-start, so at run time (offline, no network) the package is already there.
+``package_install`` is the command that installs an ``npx``/``uvx`` server's package into
+the toolkit's caches without running it: it runs once, in the same confinement but with
+the network, before the first start, so that at run time (offline) the package is there.
 """
 
 from __future__ import annotations

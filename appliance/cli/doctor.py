@@ -25,6 +25,7 @@ def doctor(data_dir: str | None, config_file: str | None, as_json: bool, strict:
             "sandboxed": "stdio servers run sandboxed",
             "unsandboxed": "stdio servers run WITHOUT a sandbox (mode auto)",
             "refused": "stdio servers are REFUSED (mode require, no sandbox)",
+            "off": "stdio servers run as plain processes (mode off)",
         }
         click.echo(f"stdio sandbox: {verdicts[box['stdio_servers']]}")
         click.echo(f"  mode:     {box['mode']}")

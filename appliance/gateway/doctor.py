@@ -23,7 +23,7 @@ def report(settings: Settings) -> dict[str, Any]:
     elif refusal:
         verdict = "refused"
     else:
-        verdict = "unsandboxed"
+        verdict = "off" if settings.stdio_sandbox == "off" else "unsandboxed"
     root = os.geteuid() == 0
     return {
         "stdio_sandbox": {
