@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from appliance.children.child import Child as _Child
-from appliance.children.sandbox import Launch, Sandbox, install_marker, package_install
+from appliance.children.sandbox import Installed, Launch, Sandbox, package_install
 from appliance.children.spawn import spawn
 from appliance.children.spec import (  # noqa: F401 - re-exported: callers import them from here
     DEFAULT_ALLOWED_EXECUTABLES,
@@ -188,7 +188,8 @@ class StdioProcess:
                     "stdio %s: %s is not visible in the sandbox (see sandbox_read_paths)", self.name, arg
                 )
         install = package_install(executable, self.spec.args)
-        if install is not None and not install_marker(home, install).exists():
+        installed = Installed(self.policy.workdir_root.resolve())
+        if install is not None and not installed.has(owner, install, home):
             await self._install(
                 sandbox, owner, install, {**env, **sandbox.environment(home, network=True)}, home
             )
@@ -224,9 +225,7 @@ class StdioProcess:
                 f"stdio server {self.name!r}: installing its package failed (exit {done.returncode})",
                 data={"exit_status": done.returncode, "stderr": redact_text(tail).splitlines()[-10:]},
             )
-        marker = install_marker(home, command)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(" ".join(command) + "\n")
+        Installed(self.policy.workdir_root.resolve()).record(owner, command, home)
 
     def _spawn_failed(self, message: str) -> None:
         error = UpstreamError(f"stdio server {self.name!r}: {message}", data={"exit_status": None})

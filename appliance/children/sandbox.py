@@ -33,6 +33,7 @@ import functools
 import hashlib
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -314,20 +315,63 @@ def _ancestors(path: Path, made: set[Path]) -> list[str]:
 
 
 def _own_tree(root: Path, uid: int) -> None:
-    """Chown what is not ``uid``'s yet under ``root`` (links themselves, never their
-    targets: a server may leave a link to anything in its own directory)."""
-    for top, dirs, files in os.walk(root):
-        for name in (top, *(os.path.join(top, n) for n in dirs + files)):
+    """Chown what is not ``uid``'s yet under ``root``, never through a link: ``fwalk`` holds
+    each directory open and every change is made relative to it, so a server that swaps a
+    folder of its own for a link to ``/etc`` meanwhile (an import's trial run and the
+    serving child share the directories) makes the gateway change nothing outside."""
+    for _top, dirs, files, dirfd in os.fwalk(root, follow_symlinks=False):
+        st = os.fstat(dirfd)
+        if st.st_uid != uid or st.st_gid != uid:
+            os.fchown(dirfd, uid, uid)
+        for name in dirs + files:
             with contextlib.suppress(FileNotFoundError):
-                st = os.lstat(name)
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
                 if st.st_uid != uid or st.st_gid != uid:
-                    os.chown(name, uid, uid, follow_symlinks=False)
+                    os.chown(name, uid, uid, dir_fd=dirfd, follow_symlinks=False)
 
 
-def install_marker(home: Path, command: Sequence[str]) -> Path:
-    """The file recording that ``command``'s packages are in ``home``'s caches."""
-    digest = hashlib.sha256("\0".join(command).encode()).hexdigest()[:24]
-    return home / ".toolspoke" / f"installed-{digest}"
+class Installed:
+    """What is installed in which toolkit's caches: one file per toolkit and install command,
+    kept beside (never inside) the directories the sandbox can write, so the gateway never
+    writes through a server's link. It names the HOME it was made for by a random mark in
+    that HOME (read without following links): a HOME deleted (to upgrade) and made again
+    is installed into afresh. A server that forges or removes the mark only changes
+    whether its own package is installed again."""
+
+    _MARK = ".toolspoke-home"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / ".installed"
+
+    def _file(self, owner: str, command: Sequence[str]) -> Path:
+        digest = hashlib.sha256("\0".join(command).encode()).hexdigest()[:24]
+        return self.root / f"{owner}-{digest}"
+
+    def has(self, owner: str, command: Sequence[str], home: Path) -> bool:
+        try:
+            recorded = self._file(owner, command).read_text().split(" ", 1)[0]
+        except OSError:
+            return False
+        return recorded == _read_mark(home / self._MARK)
+
+    def record(self, owner: str, command: Sequence[str], home: Path) -> None:
+        mark = _read_mark(home / self._MARK)
+        if not mark:
+            mark = secrets.token_hex(16)
+            fd = os.open(home / self._MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w") as f:
+                f.write(mark)
+        self.root.mkdir(mode=0o700, exist_ok=True)
+        self._file(owner, command).write_text(f"{mark} {' '.join(command)}\n")
+
+
+def _read_mark(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(64).decode("ascii", "replace").strip()
 
 
 @functools.lru_cache(maxsize=1)

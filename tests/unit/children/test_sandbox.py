@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -13,7 +14,15 @@ import pytest
 from appliance import config
 from appliance.children import sandbox as sandbox_mod
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
-from appliance.children.sandbox import Limits, Probe, Sandbox, from_settings, package_install, probe
+from appliance.children.sandbox import (
+    Installed,
+    Limits,
+    Probe,
+    Sandbox,
+    from_settings,
+    package_install,
+    probe,
+)
 from appliance.errors import UpstreamError
 from tests.support.sandboxes import local_sandbox
 
@@ -207,3 +216,22 @@ def test_a_sandboxed_child_answers_and_sees_only_its_own_world(tmp_path: Path) -
         "offline": "true",
         "pid": 2,
     }
+
+
+def test_an_install_is_recorded_outside_the_toolkits_directories_and_forgotten_with_its_home(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "stdio"
+    home = root / ".home" / "p.kit"
+    home.mkdir(parents=True)
+    installed = Installed(root)
+    command = ["npx", "--yes", "--package=pkg", "--", "true"]
+    assert not installed.has("p.kit", command, home)
+    installed.record("p.kit", command, home)
+    assert installed.has("p.kit", command, home)
+    assert not installed.has("p.other", command, home) and not installed.has("p.kit", [*command, "x"], home)
+    recorded = list((root / ".installed").iterdir())
+    assert len(recorded) == 1 and home not in recorded[0].parents
+    shutil.rmtree(home)  # the operator deletes the HOME to upgrade: the next start installs again
+    (home / ".npm").mkdir(parents=True)
+    assert not installed.has("p.kit", command, home)
