@@ -67,9 +67,10 @@ check: lint
 		tests/test_configuration.py tests/test_self_contained.py tests/test_makefile.py tests/test_test_layout.py
 
 # Debian packages some tests need, installed when missing (apt, as root or with sudo):
-# strace (the descriptor and restore tests place a fault on one system call) and, wherever
+# strace (the descriptor and restore tests place a fault on one system call), bubblewrap
+# (every stdio server runs in its sandbox: tests/e2e/test_sandbox.py) and, wherever
 # /dev/fuse exists, fuse3 (the power-loss test mounts a FUSE filesystem).
-DEBS = strace $(if $(wildcard /dev/fuse),fuse3)
+DEBS = strace bubblewrap $(if $(wildcard /dev/fuse),fuse3)
 debs:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -53,6 +53,14 @@ def _cidrs(raw: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _abs_paths(raw: Any) -> tuple[str, ...]:
+    paths = _csv(raw)
+    for path in paths:
+        if not os.path.isabs(path) or "\0" in path:
+            raise ValueError(f"{path!r} is not an absolute path")
+    return tuple(os.path.normpath(p) for p in paths)
+
+
 def _port(raw: Any) -> int:
     value = int(raw)
     if not 0 <= value <= 65535:
@@ -419,6 +427,70 @@ class Settings:
         _positive(float),
         "Seconds a stdio upstream may take to answer its first message (npx may be installing a package); "
         "until then it is `starting`, not broken.",
+    )
+    # -- the stdio sandbox (children/sandbox.py) ------------------------------------------------
+    stdio_sandbox: str = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX",
+        "auto",
+        _choice("auto", "require", "off"),
+        "Confine every stdio MCP server with bubblewrap (system read-only, its own work directory and "
+        "HOME, no network, resource limits). `auto`: wherever bubblewrap works, plain processes (with a "
+        "warning) elsewhere; `require`: refuse to start a stdio server without the sandbox; `off`: never. "
+        "`toolspoke doctor` says what this machine offers.",
+    )
+    stdio_sandbox_read_paths: tuple[str, ...] = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_READ_PATHS",
+        (),
+        _abs_paths,
+        "Absolute paths (comma-separated) a sandboxed server may read besides the system directories: "
+        "where a locally installed server's code lives (e.g. a node_modules folder outside /usr and /opt). "
+        "The data directory stays hidden even below one of them.",
+    )
+    stdio_sandbox_memory_mb: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_MEMORY_MB",
+        4096,
+        _non_negative(int),
+        "Address space of each sandboxed process in MiB (RLIMIT_AS; node reserves more than it uses); "
+        "0: no limit.",
+    )
+    stdio_sandbox_cpu_s: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_CPU_S",
+        3600,
+        _non_negative(int),
+        "CPU seconds a sandboxed server process may use over its life (RLIMIT_CPU); 0: no limit.",
+    )
+    stdio_sandbox_processes: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_PROCESSES",
+        256,
+        _non_negative(int),
+        "Processes and threads one sandboxed server may have at once (RLIMIT_NPROC in its own user "
+        "namespace); 0: no limit.",
+    )
+    stdio_sandbox_open_files: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_OPEN_FILES",
+        1024,
+        _non_negative(int),
+        "Open descriptors per sandboxed process (RLIMIT_NOFILE); 0: no limit.",
+    )
+    stdio_sandbox_file_mb: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_FILE_MB",
+        1024,
+        _non_negative(int),
+        "Largest file a sandboxed server may write, in MiB (RLIMIT_FSIZE); 0: no limit.",
+    )
+    stdio_sandbox_tmp_mb: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_TMP_MB",
+        64,
+        _positive(int),
+        "Size of a sandboxed server's private /tmp in MiB (memory-backed).",
+    )
+    stdio_sandbox_uid_base: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_UID_BASE",
+        200000,
+        _positive(int),
+        "When the gateway runs as root: the first of the 65536 unprivileged uids sandboxed servers run as, "
+        "one per toolkit (the kernel does not apply process limits to root); each toolkit's directories "
+        "are given to its uid.",
     )
     # -- upstream health probes (gateway/health.py) --------------------------------------------
     health_interval_s: float = _setting(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,12 @@ import pytest
 
 from tests.support import fuzz
 from tests.support.conformance import SUMMARY
-from tests.support.servers import Appliance, PetstoreUpstream, running_appliance
+from tests.support.servers import SANDBOX_READ_PATHS, Appliance, PetstoreUpstream, running_appliance
+
+# Every appliance the tests start (a process inheriting this environment, or the CLI run in
+# process) sandboxes its stdio servers where bubblewrap works; they run from this checkout
+# (the npm peers, the test servers) and this Python, which the sandbox must let them read.
+os.environ.setdefault("TOOLSPOKE_STDIO_SANDBOX_READ_PATHS", SANDBOX_READ_PATHS)
 
 
 @pytest.fixture

@@ -125,6 +125,21 @@ def test_version_prints_the_package_version(tmp_path: Path) -> None:
     assert done.stdout.strip() == f"toolspoke {__version__}"
 
 
+def test_doctor_reports_the_stdio_sandbox_and_strict_fails_when_servers_would_run_unsandboxed(
+    tmp_path: Path,
+) -> None:
+    done = cli(tmp_path / "d", "doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    box = json.loads(done.stdout)["stdio_sandbox"]
+    assert box["mode"] == "auto"
+    assert box["stdio_servers"] == ("sandboxed" if box["available"] else "unsandboxed")
+    assert box["limits"]["processes"] == 256 and box["network"].startswith("none")
+    off = cli(tmp_path / "d", "doctor", "--strict", env={"TOOLSPOKE_STDIO_SANDBOX": "off"})
+    assert off.returncode == 1
+    assert "stdio servers run as plain processes (mode off)" in off.stdout
+    assert "Traceback" not in off.stderr
+
+
 @pytest.mark.parametrize("args", [("toolkits",), ("init",)])
 def test_a_bad_setting_exits_2_naming_the_setting(tmp_path: Path, args: tuple[str, ...]) -> None:
     done = cli(tmp_path / "d", *args, env={"TOOLSPOKE_PORT": "x"})

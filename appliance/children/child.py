@@ -38,12 +38,17 @@ _ERROR_STDERR_LINES = 10
 _LOG_LINES_PER_S = 50
 
 
-def _exit_text(returncode: int | None) -> str:
+def _exit_text(returncode: int | None, *, sandboxed: bool = False) -> str:
     if returncode is None:
         return "ended"
     if returncode < 0:
         with contextlib.suppress(ValueError):
             return f"was killed by {signal.Signals(-returncode).name}"
+    if sandboxed and returncode > 128:
+        # bwrap exits with 128 + N when the server it runs was killed by signal N (a limit:
+        # SIGXCPU, SIGKILL at the hard CPU limit, SIGXFSZ): say which, as for a plain child.
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(returncode - 128).name} (in its sandbox)"
     return f"exited with status {returncode}"
 
 
@@ -253,7 +258,8 @@ class Child(asyncio.SubprocessProtocol):
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_DRAIN_GRACE_S):
                 await self.stdout_eof.wait()
-        self.fail(UpstreamError(f"stdio server {self.name!r} {_exit_text(self.returncode)}"))
+        ended = _exit_text(self.returncode, sandboxed=self.policy.sandbox is not None)
+        self.fail(UpstreamError(f"stdio server {self.name!r} {ended}"))
 
     async def _after_stdout_eof(self) -> None:
         with contextlib.suppress(TimeoutError):

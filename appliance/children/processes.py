@@ -32,11 +32,14 @@ import contextlib
 import logging
 import math
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, cast
 
 from appliance.children.child import Child as _Child
+from appliance.children.sandbox import Installed, Launch, Sandbox, package_install
 from appliance.children.spawn import spawn
 from appliance.children.spec import (  # noqa: F401 - re-exported: callers import them from here
     DEFAULT_ALLOWED_EXECUTABLES,
@@ -48,7 +51,7 @@ from appliance.children.spec import (  # noqa: F401 - re-exported: callers impor
     check_spec,
 )
 from appliance.errors import UpstreamError
-from appliance.secret import Redactor
+from appliance.secret import Redactor, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -146,20 +149,83 @@ class StdioProcess:
         if executable is None:
             self._spawn_failed(f"command {self.spec.command!r} not found on the child's PATH")
             return
+        sandbox = self.policy.sandbox
+        if sandbox is None and self.policy.sandbox_refusal:
+            self._spawn_failed(self.policy.sandbox_refusal)
         child = _Child(self, self.generation)
         # Current before the exec: an instant crash reports to this process, not to nobody.
         self._child = self._last_child = child
         self.state = State.STARTING
         try:
-            self.cwd.mkdir(parents=True, exist_ok=True, mode=0o700)
-            await spawn(child, [executable, *self.spec.args], env=env, cwd=self.cwd)
-        except OSError as exc:
+            if sandbox is None:
+                self.cwd.mkdir(parents=True, exist_ok=True, mode=0o700)
+                launch = Launch([executable, *self.spec.args], env)
+            else:
+                launch = await self._sandboxed(sandbox, executable, env)
+            await spawn(child, launch.argv, env=launch.env, cwd=self.cwd)
+        except (OSError, UpstreamError) as exc:
             self._child = None
+            if isinstance(exc, UpstreamError):
+                self._record_failure(exc, ran_for=0.0)
+                raise
             self._spawn_failed(f"cannot start {self.spec.command!r}: {exc.strerror or exc}")
             return
         self.touch()
         log.info("stdio %s: started pid %d (generation %d)", self.name, child.pid, child.generation)
         self._spawn_task(self._supervise(child))
+
+    async def _sandboxed(self, sandbox: Sandbox, executable: str, env: dict[str, str]) -> Launch:
+        """The confined launch; first, the package an ``npx``/``uvx`` server fetches is
+        installed into the toolkit's caches (with the network, once), as the run has none."""
+        # Beside the work directories, never one of them: a toolkit name starts with a letter
+        # or a digit, so ``.home`` is nobody's work directory.
+        owner = self.spec.home or self.name
+        home = self.policy.workdir_root.resolve() / ".home" / owner
+        await asyncio.to_thread(sandbox.prepare, owner, home, self.cwd)
+        for arg in self.spec.args:
+            if arg.startswith("/") and sandbox.hidden(arg):
+                log.warning(
+                    "stdio %s: %s is not visible in the sandbox (see sandbox_read_paths)", self.name, arg
+                )
+        install = package_install(executable, self.spec.args)
+        installed = Installed(self.policy.workdir_root.resolve())
+        if install is not None and not installed.has(owner, install, home):
+            await self._install(
+                sandbox, owner, install, {**env, **sandbox.environment(home, network=True)}, home
+            )
+        env = {**env, **sandbox.environment(home, network=False), **self.spec.env}
+        env.update((k, v.reveal()) for k, v in self.spec.secret_env.items())
+        return sandbox.launch(owner, [executable, *self.spec.args], env, home=home, cwd=self.cwd)
+
+    async def _install(
+        self, sandbox: Sandbox, owner: str, command: list[str], env: dict[str, str], home: Path
+    ) -> None:
+        log.info("stdio %s: installing its package into its own cache: %s", self.name, " ".join(command))
+        launch = sandbox.launch(owner, command, env, home=home, cwd=self.cwd, network=True)
+        try:
+            done = await asyncio.to_thread(
+                subprocess.run,
+                launch.argv,
+                env=launch.env,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self.spec.start_timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            limit = self.spec.start_timeout_s
+            raise UpstreamError(
+                f"stdio server {self.name!r}: installing its package took over {limit:g}s",
+                reason="upstream_timeout",
+            ) from None
+        if done.returncode != 0:
+            tail = self.redactor.text(done.stderr.decode("utf-8", "replace"))[-1500:]
+            raise UpstreamError(
+                f"stdio server {self.name!r}: installing its package failed (exit {done.returncode})",
+                data={"exit_status": done.returncode, "stderr": redact_text(tail).splitlines()[-10:]},
+            )
+        Installed(self.policy.workdir_root.resolve()).record(owner, command, home)
 
     def _spawn_failed(self, message: str) -> None:
         error = UpstreamError(f"stdio server {self.name!r}: {message}", data={"exit_status": None})

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.children.sandbox import Sandbox
 from appliance.errors import InvalidParams
 from appliance.secret import Secret
 
@@ -54,6 +55,10 @@ class StdioPolicy:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 60.0
     stable_after_s: float = 30.0  # a child that lived this long resets the back-off
+    # The confinement of every child (``sandbox.py``); None runs them as plain processes,
+    # or, with ``sandbox_refusal`` set (the operator requires one), refuses to run them.
+    sandbox: Sandbox | None = None
+    sandbox_refusal: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,9 @@ class StdioSpec:
     # The toolkit's response cap: a longer stdout line is allowed up to it when it is above
     # the policy's line limit (a cap below that limit is checked on the call's result).
     max_line_bytes: int | None = None
+    # The toolkit whose private HOME (and caches) the sandboxed child gets; empty: the
+    # process name. An import's trial run uses the toolkit's, so what it installs stays.
+    home: str = ""
 
 
 def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
@@ -101,6 +109,8 @@ def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
             raise StdioSpecRejected(f"invalid environment variable {key!r}", field="env")
     if spec.idle_timeout_s <= 0 or spec.start_timeout_s <= 0:
         raise StdioSpecRejected("timeouts must be positive", field="idle_timeout_s")
+    if spec.home and not _SAFE_NAME.fullmatch(spec.home):
+        raise StdioSpecRejected(f"invalid toolkit home {spec.home!r}", field="home")
     root = policy.workdir_root.resolve()
     cwd = (root / (spec.cwd or name)).resolve()  # an absolute spec.cwd replaces root here
     if cwd != root and root not in cwd.parents:

@@ -6,7 +6,18 @@ imported, so importing this package yields the whole command.
 
 from __future__ import annotations
 
-from appliance.cli import access, backup, catalogue, imports, ledger, semantic, serving, vault
+from appliance.cli import access, backup, catalogue, doctor, imports, ledger, semantic, serving, vault
 from appliance.cli.common import main
 
-__all__ = ["access", "backup", "catalogue", "imports", "ledger", "main", "semantic", "serving", "vault"]
+__all__ = [
+    "access",
+    "backup",
+    "catalogue",
+    "doctor",
+    "imports",
+    "ledger",
+    "main",
+    "semantic",
+    "serving",
+    "vault",
+]

@@ -372,7 +372,10 @@ async def import_mcp(
     # Whatever the server says (its errors, tool list, server info, instructions) is
     # redacted against every vault secret and the credential being imported, not yet sealed.
     extra = cred_auth.secrets() if cred is not None else ()
-    async with redaction.redacting(rt, extra) as red, rt.mcp.temporary(live, timeout_s=timeout) as session:
+    async with (
+        redaction.redacting(rt, extra) as red,
+        rt.mcp.temporary(live, timeout_s=timeout, home=f"{project}.{slug}") as session,
+    ):
         tools = red.value(await session.list_tools(timeout_s=timeout))
         info = red.value(session.server_info)
         instructions = red.text(session.instructions or "")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from appliance import __version__
 from appliance.children.processes import ProcessRegistry, StdioPolicy
+from appliance.children.sandbox import from_settings as sandbox_from
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
@@ -62,10 +63,13 @@ class Runtime:
             settings.db_path, synchronous=settings.db_synchronous, min_free_bytes=settings.min_free_disk_bytes
         )
         self.egress = Egress(settings)
+        sandbox, refusal = sandbox_from(settings)
         self.stdio_policy = StdioPolicy(
             workdir_root=Path(settings.data_dir) / "stdio",
             base_env=environment_snapshot(settings.stdio_inherit_env),
             allowed_executables=settings.stdio_allowed_commands,
+            sandbox=sandbox,
+            sandbox_refusal=refusal,
         )
         self.mcp = McpPool(
             self.egress,

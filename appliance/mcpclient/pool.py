@@ -91,6 +91,7 @@ class McpPool:
                 start_timeout_s=self.stdio_start_timeout_s,
                 secret_env=dict(auth.env) if auth is not None else {},
                 max_line_bytes=cap,
+                home=str(connection.get("home") or ""),
             )
             process = await self.processes.put(key, spec)
             await self._wait_out_backoff(process, timeout_s)
@@ -145,9 +146,15 @@ class McpPool:
                 await asyncio.sleep(wait)
 
     @contextlib.asynccontextmanager
-    async def temporary(self, connection: dict[str, Any], *, timeout_s: float) -> AsyncIterator[McpSession]:
-        """A session that is not pooled (imports, dry runs); closed on exit."""
+    async def temporary(
+        self, connection: dict[str, Any], *, timeout_s: float, home: str = ""
+    ) -> AsyncIterator[McpSession]:
+        """A session that is not pooled (imports, dry runs); closed on exit. ``home``: the
+        toolkit whose work directory and sandbox HOME a stdio server gets, so what it
+        installs or writes there stays the toolkit's."""
         key = f"import-{id(connection):x}"
+        if home:
+            connection = {**connection, "home": home, "cwd": home}
         session = await self._open(key, connection, timeout_s)
         try:
             yield session

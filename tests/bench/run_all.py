@@ -21,6 +21,7 @@ STEPS = (
     ("Appliance figures", ["figures.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
+    ("The stdio sandbox: cold start inside and outside, memory per sandboxed server", ["sandbox.py"]),
     ("Spend and accounting: what it adds to a call, calls/s through the full path", ["accounting.py"]),
     ("Vault and egress: sealing, rotation, guard cost", ["vault_bench.py"]),
     ("Redaction: a 1 MiB answer against 1,000 vault secrets", ["redaction_bench.py"]),

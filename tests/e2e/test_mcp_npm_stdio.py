@@ -3,8 +3,9 @@
 Each is imported with the real CLI as ``node <installed package>`` (``make test`` installs
 them in ``tests/peers``; nothing is fetched at test time), the gateway spawns it, and the
 official SDK client searches, describes and runs its tools through the bridge. The memory
-server keeps its graph in a file of the test's temporary directory; the filesystem server
-is rooted in another, which the test reads directly to check what really happened on disk.
+server keeps its graph in a file of its toolkit's work directory; the filesystem server is
+rooted in a folder of its own, which the test reads directly to check what really happened
+on disk. Where bubblewrap works, both run sandboxed (``children/sandbox.py``).
 """
 
 from __future__ import annotations
@@ -46,9 +47,13 @@ def imported(app: Appliance, *args: str) -> dict[str, Any]:
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     for package in (MEMORY, FILESYSTEM):
         assert package.exists(), f"{package} is missing: run `make test` (npm install in tests/peers)"
-    root = tmp_path_factory.mktemp("fsroot").resolve()
-    memory_file = tmp_path_factory.mktemp("memory").resolve() / "graph.jsonl"
-    with running_appliance(tmp_path_factory.mktemp("npm") / "data") as app:
+    data = tmp_path_factory.mktemp("npm").resolve() / "data"
+    with running_appliance(data) as app:
+        # Each server writes in its own toolkit's work directory: in the sandbox nothing
+        # else is writable (and it is where the gateway runs it).
+        memory_file = data / "stdio" / "default.memory" / "graph.jsonl"
+        root = data / "stdio" / "default.files" / "root"
+        root.mkdir(parents=True)
         memory = imported(
             app, "--slug", "memory", "--env", f"MEMORY_FILE_PATH={memory_file}", "--", "node", str(MEMORY)
         )

@@ -34,7 +34,7 @@ from appliance import config
 from appliance.cli import main as cli_main
 from appliance.gateway.runtime import Runtime, prepare_data_dir
 from appliance.web.app import create_app
-from tests.support.servers import ADMIN_KEY
+from tests.support.servers import ADMIN_KEY, SANDBOX_READ_PATHS
 
 T = TypeVar("T")
 # Where the app believes it serves (``announce`` reads the settings when no socket is
@@ -164,6 +164,7 @@ def settings_for(data_dir: Path, env: Mapping[str, str] | None = None) -> config
         "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
         "TOOLSPOKE_HOST": HOST,
         "TOOLSPOKE_PORT": str(PORT),
+        "TOOLSPOKE_STDIO_SANDBOX_READ_PATHS": SANDBOX_READ_PATHS,
         **(env or {}),
     }
     return config.load(env=full)

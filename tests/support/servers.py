@@ -23,6 +23,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
+# What a sandboxed stdio server started by a test reads: this checkout (the npm peers, the
+# test servers, the virtualenv) and the Python installation the virtualenv points to.
+SANDBOX_READ_PATHS = ",".join(dict.fromkeys((str(REPO), str(Path(sys.base_prefix).resolve()))))
 FIXTURES = REPO / "tests" / "fixtures" / "openapi"
 ADMIN_KEY = "tsk_test-admin-key-0123456789abcdefghijklmnop"
 READY = re.compile(r"serving MCP on (http://\S+)/mcp")

@@ -22,10 +22,12 @@ from appliance.gateway.health_machine import Health, Outcome
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
 from tests.support import tiny_stdio
+from tests.support.servers import SANDBOX_READ_PATHS
 
 
 def _runtime(data: Path) -> Runtime:
-    return Runtime(config.load(env={"TOOLSPOKE_DATA_DIR": str(data), "PATH": os.environ["PATH"]}))
+    env = {"TOOLSPOKE_DATA_DIR": str(data), "PATH": os.environ["PATH"]}
+    return Runtime(config.load(env={**env, "TOOLSPOKE_STDIO_SANDBOX_READ_PATHS": SANDBOX_READ_PATHS}))
 
 
 def _two_processes(

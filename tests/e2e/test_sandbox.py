@@ -1,0 +1,190 @@
+"""Issue 21's sandbox acceptance: a hostile stdio server, imported the normal way, is contained.
+
+``tests/support/hostile_stdio.py`` is imported with the real CLI and called through the
+gateway with the official SDK client. Each tool tries something a local server must not do
+(read the master key, the database, another toolkit's directories, an ssh key; reach
+loopback, the gateway, the internet; fork, map memory, write without bound) and answers what
+happened: every attempt fails, and the gateway keeps serving the other toolkits. Two
+toolkits started from the same server keep separate state, and when the gateway stops, no
+process of the hostile server is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.children.sandbox import probe
+from tests.support.clients import connect
+from tests.support.peers import MEMORY
+from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
+
+pytestmark = pytest.mark.e2e
+HOSTILE = REPO / "tests" / "support" / "hostile_stdio.py"
+PROCESSES = 64
+# Small limits, so that hitting each costs little; the defaults are docs/configuration.md's.
+LIMITS = {
+    "TOOLSPOKE_STDIO_SANDBOX": "require",
+    "TOOLSPOKE_STDIO_SANDBOX_PROCESSES": str(PROCESSES),
+    "TOOLSPOKE_STDIO_SANDBOX_MEMORY_MB": "2048",
+    "TOOLSPOKE_STDIO_SANDBOX_FILE_MB": "16",
+    "TOOLSPOKE_STDIO_SANDBOX_TMP_MB": "8",
+    "TOOLSPOKE_STDIO_SANDBOX_CPU_S": "3",
+}
+
+if not probe().available:
+    pytest.skip(f"no sandbox here: {probe().detail}", allow_module_level=True)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout=120))
+
+
+@dataclass
+class Site:
+    app: Appliance
+    data: Path
+    ssh_key: Path
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    base = tmp_path_factory.mktemp("sandbox").resolve()
+    home = base / "home"  # the gateway's HOME, with a private key in it
+    (home / ".ssh").mkdir(parents=True)
+    ssh_key = home / ".ssh" / "id_ed25519"
+    ssh_key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    ssh_key.chmod(0o600)
+    data = base / "data"
+    with running_appliance(data, env={**LIMITS, "HOME": str(home)}) as app:
+        python = str(Path(sys.executable))
+        for slug in ("hostile", "twin"):
+            report = import_mcp(app, "--slug", slug, "--", python, str(HOSTILE))
+            assert report["tool_count"] == 9, report
+        for slug in ("memory", "memory2"):
+            # The same command and the same file name for both: each file is in its own /tmp.
+            report = import_mcp(
+                app, "--slug", slug, "--env", "MEMORY_FILE_PATH=/tmp/graph.jsonl", "--", "node", str(MEMORY)
+            )
+            assert report["tool_count"] == 9, report
+        yield Site(app, data, ssh_key)
+    # The gateway has stopped: nothing of the hostile servers lives on.
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs_hostile(pid)]
+    assert left == [], left
+
+
+def _runs_hostile(pid: str) -> bool:
+    try:
+        return str(HOSTILE).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+async def attempt(
+    app: Appliance, tool: str, args: dict[str, Any], *, toolkit: str = "hostile"
+) -> dict[str, Any]:
+    async with connect(app) as client:
+        result = await client.call_tool("use_tool", {"tool": f"{toolkit}__{tool}", "input": args})
+        text = "".join(getattr(part, "text", "") for part in result.content)
+        assert result.is_error is False, text
+        return dict(json.loads(text))
+
+
+def test_it_runs_as_an_unprivileged_user_in_its_own_directories(site: Site) -> None:
+    me = run(attempt(site.app, "whoami", {}))
+    assert me["uid"] != 0
+    assert me["home"] == str(site.data / "stdio" / ".home" / "default.hostile")
+    assert me["cwd"] == str(site.data / "stdio" / "default.hostile")
+    assert me["pid"] < 10  # its own pid namespace
+
+
+def test_the_master_key_the_database_and_other_toolkits_cannot_be_read(site: Site) -> None:
+    targets = [
+        site.data / "master.key",
+        site.data / "toolspoke.db",
+        site.data,  # not even its listing: the data directory is not in the sandbox
+        site.data / "stdio" / "default.twin",
+        site.data / "stdio" / ".home" / "default.twin",
+        site.data / "stdio" / "default.memory",
+        site.ssh_key,
+        Path("~/.ssh/id_ed25519"),  # its HOME is its own
+        Path("/root/.ssh"),
+        Path("/etc/shadow"),
+    ]
+    for target in targets:
+        seen = run(attempt(site.app, "read_file", {"path": str(target)}))
+        if seen.get("entries") is not None:  # a mount point on the way to its own directory
+            assert seen["entries"] in ([], ["stdio"], [".home", "default.hostile"]), (target, seen)
+            continue
+        assert seen["ok"] is False, (target, seen)
+        assert seen["error"] in ("ENOENT", "EACCES"), (target, seen)
+    assert site.data.joinpath("master.key").exists()  # it is there; the server cannot see it
+
+
+def test_no_address_can_be_reached(site: Site) -> None:
+    port = int(site.app.base_url.rsplit(":", 1)[1])
+    for host, port_ in (
+        ("127.0.0.1", port),
+        ("127.0.0.1", 22),
+        ("::1", port),
+        ("1.1.1.1", 443),
+        ("8.8.8.8", 53),
+    ):
+        seen = run(attempt(site.app, "connect", {"host": host, "port": port_}))
+        assert seen["ok"] is False, (host, seen)
+        assert seen["error"] in ("ECONNREFUSED", "ENETUNREACH", "EADDRNOTAVAIL"), (host, seen)
+
+
+def test_a_fork_bomb_stops_at_the_process_limit(site: Site) -> None:
+    seen = run(attempt(site.app, "fork_bomb", {"limit": 5000}))
+    assert seen["ok"] is False and seen["error"] == "EAGAIN", seen
+    assert seen["forked"] < PROCESSES, seen
+    assert run(attempt(site.app, "whoami", {}))["ok"] is True  # and the server still answers
+
+
+def test_memory_and_files_are_bounded(site: Site) -> None:
+    mapped = run(attempt(site.app, "allocate", {}))
+    assert mapped["ok"] is False and mapped["mapped_mb"] < 2048, mapped
+    big = run(attempt(site.app, "fill_disk", {}))
+    assert big["ok"] is False and big["error"] == "EFBIG" and big["written_mb"] <= 16, big
+    tmp = run(attempt(site.app, "fill_disk", {"path": "/tmp/filler.bin"}))
+    assert tmp["ok"] is False and tmp["error"] == "ENOSPC" and tmp["written_mb"] <= 8, tmp
+
+
+def test_cpu_time_is_bounded_and_the_server_comes_back(site: Site) -> None:
+    async def scenario() -> None:
+        async with connect(site.app) as client:
+            spun = await client.call_tool("use_tool", {"tool": "twin__spin", "input": {"seconds": 30}})
+            assert spun.is_error is True
+            said = "".join(getattr(p, "text", "") for p in spun.content)
+            assert "was killed by SIGXCPU (in its sandbox)" in said, said
+        assert (await attempt(site.app, "whoami", {}, toolkit="twin"))["ok"] is True
+
+    run(scenario())
+
+
+def test_the_gateway_keeps_serving_and_two_toolkits_of_one_server_keep_separate_state(site: Site) -> None:
+    async def scenario() -> None:
+        assert (await attempt(site.app, "remember", {"note": "hostile's"}))["ok"] is True
+        assert (await attempt(site.app, "recall", {}, toolkit="twin")).get("notes") in (None, [])
+        async with connect(site.app) as client:
+            entity = {"name": "Ada", "entityType": "person", "observations": ["in memory only"]}
+            created = await client.call_tool(
+                "run_tool", {"tool": "memory__create_entities", "input": {"entities": [entity]}}
+            )
+            assert created.is_error is False, created.content
+            other = await client.call_tool("use_tool", {"tool": "memory2__read_graph", "input": {}})
+            assert other.is_error is False, other.content
+            assert "Ada" not in "".join(getattr(p, "text", "") for p in other.content)
+            mine = await client.call_tool("use_tool", {"tool": "memory__read_graph", "input": {}})
+            assert "Ada" in "".join(getattr(p, "text", "") for p in mine.content)
+
+    run(scenario())
