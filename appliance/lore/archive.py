@@ -94,7 +94,7 @@ def from_archive(data: bytes, limits: Limits) -> Collected:
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
             return _tar(archive, limits)
-    except tarfile.ReadError:
+    except (tarfile.ReadError, EOFError, OSError):  # not a tar, or its compression is broken
         raise ImportFailed(
             "the upload is neither a .zip nor a .tar(.gz) archive; nothing was stored", field="source"
         ) from None
