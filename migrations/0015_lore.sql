@@ -37,12 +37,11 @@ CREATE TABLE lore_chunks (
 );
 CREATE INDEX lore_chunks_by_document ON lore_chunks (document_id);
 
--- rowid = lore_chunks.id; `kit` holds one token, the toolkit's (k<id>), so a search MATCHes
--- within its toolkit instead of ranking everyone's chunks. Virtual tables carry no foreign key: the trigger keeps the index in
+-- rowid = lore_chunks.id (whose toolkit_id a search filters on). Virtual tables carry no foreign key: the trigger keeps the index in
 -- step with every way a chunk goes (re-import, or its document or toolkit removed: cascades
 -- fire delete triggers).
 CREATE VIRTUAL TABLE lore_fts USING fts5 (
-    kit, heading, body,
+    heading, body,
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
 CREATE TRIGGER lore_chunks_unindex AFTER DELETE ON lore_chunks FOR EACH ROW

@@ -115,7 +115,9 @@ async def _search(conn: Any, toolkit_id: int, args: dict[str, Any], max_bytes: i
     query = str(args["query"])
     limit = min(int(args.get("limit") or DEFAULT_PASSAGES), MAX_PASSAGES)
     match = match_expression(query)
-    passages = [] if match is None else await lore_store.search(conn, toolkit_id, match, limit=limit)
+    passages: list[dict[str, Any]] = []
+    if match is not None:
+        passages = await conn.batch(lambda r: lore_store.search_in(r, toolkit_id, match, limit=limit))
     value: dict[str, Any] = {"query": query, "passages": passages}
     while passages and not _fits(value, max_bytes):
         passages.pop()  # the least relevant go first; a snippet is short, so few ever do
