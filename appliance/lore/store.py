@@ -142,7 +142,9 @@ def search_in(conn: Reader, toolkit_id: int, match: str, *, limit: int) -> list[
     """
     ranked = conn.all(
         f"SELECT lore_fts.rowid AS id, {_RANK} AS rank"
-        " FROM lore_fts CROSS JOIN lore_chunks c ON c.id = lore_fts.rowid WHERE lore_fts MATCH ? AND c.toolkit_id = ? ORDER BY rank LIMIT ?",
+        # CROSS JOIN: the index drives, each match looks up its chunk by id (never the reverse)
+        " FROM lore_fts CROSS JOIN lore_chunks c ON c.id = lore_fts.rowid"
+        " WHERE lore_fts MATCH ? AND c.toolkit_id = ? ORDER BY rank LIMIT ?",
         (match, toolkit_id, limit),
     )
     if not ranked:
