@@ -31,7 +31,9 @@ HEADING_SEPARATOR = " > "
 _TITLE_MAX = 200
 _HEADING_MAX = 200
 _MIN_CHUNK = 200  # below this a cut on a paragraph or a space is not worth it: cut hard
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
+# No lazy group before a trailing run here ("(.+?)[ #]*$" backtracks quadratically on a line
+# of spaces): the closing hashes are stripped afterwards.
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(\S.*)$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 
@@ -123,7 +125,8 @@ def _markdown_headings(text: str) -> list[Heading]:
         if opened is not None:
             fence = None if fence == opened.group(1) else (fence or opened.group(1))
         elif fence is None and (m := _ATX.match(stripped)):
-            found.append((offset, len(m.group(1)), _clip(m.group(2), _HEADING_MAX)))
+            title = m.group(2).rstrip(" \t#") or m.group(2)
+            found.append((offset, len(m.group(1)), _clip(title, _HEADING_MAX)))
         offset += len(line)
     return found
 

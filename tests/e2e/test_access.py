@@ -21,6 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
+from tests.support.accounts import api, ok
 from tests.support.clients import connect
 from tests.support.servers import FIXTURES, REPO, Appliance, PetstoreUpstream, cli, running_appliance
 
@@ -50,17 +51,6 @@ class World:
 
 def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, timeout=60))
-
-
-def api(app: Appliance, key: str | None = None) -> httpx.Client:
-    return httpx.Client(
-        base_url=app.base_url, headers={"Authorization": f"Bearer {key or app.key}"}, timeout=30
-    )
-
-
-def ok(r: httpx.Response, status: int = 200) -> Any:
-    assert r.status_code == status, r.text
-    return r.json()
 
 
 def as_key(app: Appliance, key: str) -> Appliance:

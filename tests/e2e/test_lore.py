@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from tests.support.accounts import api, ok
 from tests.support.clients import connect
 from tests.support.servers import REPO, Appliance, cli, running_appliance
 
@@ -40,17 +40,6 @@ class World:
 
 def run(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, timeout=60))
-
-
-def api(app: Appliance, key: str | None = None) -> httpx.Client:
-    return httpx.Client(
-        base_url=app.base_url, headers={"Authorization": f"Bearer {key or app.key}"}, timeout=30
-    )
-
-
-def ok(r: httpx.Response, status: int = 200) -> Any:
-    assert r.status_code == status, r.text
-    return r.json()
 
 
 def zipped(root: Path, extra: dict[str, bytes] | None = None) -> bytes:

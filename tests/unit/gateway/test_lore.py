@@ -3,21 +3,19 @@ refusals that store nothing, answers within the response cap."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 import pytest
 
-from appliance import config
 from appliance.catalogue import store
 from appliance.errors import Conflict, ImportFailed
 from appliance.gateway import imports, lore, pipeline
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
+from tests.support.runtimes import on_runtime
 
 T = TypeVar("T")
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -28,20 +26,6 @@ def knowledge_base(tmp_path: Path) -> Path:
     root = tmp_path / "kb"
     shutil.copytree(LORE, root, ignore=shutil.ignore_patterns("SOURCES.md"))
     return root
-
-
-def on_runtime(tmp_path: Path, work: Callable[[Runtime], Awaitable[T]]) -> T:
-    settings = config.load(cli={"data_dir": str(tmp_path / "data")}, env={})
-
-    async def main() -> T:
-        rt = Runtime(settings)
-        await rt.open()
-        try:
-            return await work(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(asyncio.wait_for(main(), timeout=60))
 
 
 async def call(rt: Runtime, name: str, **args: Any) -> Any:
