@@ -292,6 +292,26 @@ class Settings:
         "(docs/security.md). Off: nothing is held for what it says; invisible characters are still "
         "removed from what agents see.",
     )
+    lore_max_files: int = _setting(
+        "TOOLSPOKE_LORE_MAX_FILES",
+        10_000,
+        _positive(int),
+        "Most files a Lore knowledge base (a folder or an archive) may hold; more refuses the import.",
+    )
+    lore_max_bytes: int = _setting(
+        "TOOLSPOKE_LORE_MAX_BYTES",
+        512 * 1024 * 1024,
+        _positive(int),
+        "Most bytes a Lore knowledge base's files may hold in all, uncompressed (an archive that "
+        "expands past it is refused); one file is at most `import_max_bytes`.",
+    )
+    lore_chunk_chars: int = _setting(
+        "TOOLSPOKE_LORE_CHUNK_CHARS",
+        1_500,
+        _positive(int),
+        "Longest chunk of a Lore document, in characters: `search_lore` finds and quotes chunks, "
+        "cut at headings and then at paragraph breaks.",
+    )
     search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
         8,

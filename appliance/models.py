@@ -64,7 +64,7 @@ class ToolkitDraft:
     """What an import produces: a toolkit and its tools, ready to store."""
 
     slug: str
-    source_kind: Literal["openapi", "catalog", "mcp"]
+    source_kind: Literal["openapi", "catalog", "mcp", "lore"]
     title: str
     description: str
     guide: str

@@ -32,7 +32,9 @@ PKG = Path(__file__).resolve().parents[1] / "appliance"
 BASELINE = Path(__file__).resolve().parent / "layers-baseline.txt"
 
 FLOOR = frozenset({"__init__", "errors"})  # the version string and the error tree: for all
-ROOMS = ("catalogue", "search", "vault", "access", "ledger", "egress", "children", "mcpclient")
+# lore/ (issue 23): a knowledge base's documents, chunks and their index are a concept of
+# their own, neither tools (catalogue/) nor the search over tools (search/)
+ROOMS = ("catalogue", "search", "vault", "access", "ledger", "lore", "egress", "children", "mcpclient")
 FACES = ("rpc", "web", "cli")
 # the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and the MCP client alike
 PROTOCOL = "protocol"
@@ -49,6 +51,7 @@ IMPORTS: dict[str, frozenset[str]] = {
     "search": FLOOR | {"db", "models"},
     "access": FLOOR | {"db", "models"},
     "ledger": FLOOR | {"db", "models"},
+    "lore": FLOOR | {"db", "models"},
     "vault": FLOOR | {"db", "models", "config", "secret"},
     # HTTP egress and the stdio children: no storage, so no db/
     "egress": FLOOR | {"models", "config", "secret", PROTOCOL},
@@ -83,12 +86,13 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "jsonschema": ("catalogue", "gateway/validation", "gateway/validation_errors", "gateway/patterns"),
     "prometheus_client": ("gateway/telemetry", "web/metrics"),
     "yaml": ("catalogue/spec_loader",),
+    "pypdf": ("lore/pdf",),
 }
 PLAN = Plan(
     imports=IMPORTS,
     never=NEVER,
     libraries=LIBRARIES,
-    sql_homes=("db", "catalogue", "search", "vault", "access", "ledger"),
+    sql_homes=("db", "catalogue", "search", "vault", "access", "ledger", "lore"),
     env_homes=("config",),
     max_lines=800,
 )

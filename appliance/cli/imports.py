@@ -1,4 +1,4 @@
-"""``toolspoke import openapi | catalog | mcp``: bring toolkits into the catalogue."""
+"""``toolspoke import openapi | catalog | mcp | lore``: bring toolkits into the catalogue."""
 
 from __future__ import annotations
 
@@ -46,6 +46,12 @@ def _print_report(report: Any, as_json: bool) -> None:
         click.echo(f"skipped {skip['where']}: {skip['reason']}", err=True)
     for note in data["notes"]:
         click.echo(f"note: {note}", err=True)
+    documents = data.get("documents")
+    if documents:
+        click.echo(
+            f"documents: {documents['count']} ({documents['chunks']} chunks): "
+            + ", ".join(f"{len(documents[k])} {k}" for k in ("added", "changed", "removed", "unchanged"))
+        )
 
 
 def _reporting_refusal(work: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
@@ -56,11 +62,12 @@ def _reporting_refusal(work: Callable[[Any], Awaitable[Any]]) -> Callable[[Any],
         try:
             return await work(rt)
         except ImportFailed as exc:
-            for skip in exc.data.get("skipped", []):
-                click.echo(f"skipped {skip['where']}: {skip['reason']}", err=True)
-            more = exc.data.get("skipped_count", 0) - len(exc.data.get("skipped", []))
-            if more > 0:
-                click.echo(f"... and {more} more skipped", err=True)
+            for listed, verb in (("skipped", "skipped"), ("unreadable", "cannot read")):
+                for skip in exc.data.get(listed, []):
+                    click.echo(f"{verb} {skip['where']}: {skip['reason']}", err=True)
+                more = exc.data.get(f"{listed}_count", 0) - len(exc.data.get(listed, []))
+                if more > 0:
+                    click.echo(f"... and {more} more {verb}", err=True)
             raise
 
     return wrapped
@@ -126,6 +133,41 @@ def import_catalog(
         _reporting_refusal(
             lambda rt: imports.import_catalog(
                 rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
+            )
+        ),
+    )
+    _print_report(report, as_json)
+
+
+@import_.command("lore")
+@click.argument("source")
+@click.option("--slug", required=True, help="Toolkit slug: lower-case letters, digits and '-'.")
+@click.option("--project", default="default", show_default=True)
+@click.option("--dry-run", is_flag=True, help="Read and report the documents; store nothing.")
+@click.option(
+    "--skip-unreadable", is_flag=True, help="Store the readable documents; list the others in the report."
+)
+@STORE
+def import_lore(
+    source: str,
+    slug: str,
+    project: str,
+    dry_run: bool,
+    skip_unreadable: bool,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Import a knowledge base (a folder, .zip or .tar.gz of Markdown, text, HTML and PDF) as a
+    Lore toolkit; importing again over the same slug updates it in place."""
+    from appliance.gateway import lore
+
+    report = operate(
+        data_dir,
+        config_file,
+        _reporting_refusal(
+            lambda rt: lore.import_lore(
+                rt, source, slug=slug, project=project, dry_run=dry_run, skip_unreadable=skip_unreadable
             )
         ),
     )

@@ -14,7 +14,7 @@ from appliance.catalogue import naming, store
 from appliance.db import SyncReader
 from appliance.egress.openapi_call import call_operation
 from appliance.errors import InvalidParams, ToolNotFound, Unauthorized, UpstreamError, WrongRunner
-from appliance.gateway import credentials
+from appliance.gateway import credentials, lore_tools
 from appliance.gateway.health_state import watched
 from appliance.gateway.runtime import Runtime
 from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
@@ -105,9 +105,12 @@ async def dispatch(
     *,
     prepared: credentials.PreparedCall,
 ) -> CallResult:
-    """The call to the tool's upstream (MCP or HTTP) with this call's credential and byte cap."""
+    """The call to the tool's upstream (MCP, HTTP, or a Lore toolkit's documents) with this
+    call's credential and byte cap."""
     if tool.source_kind == "mcp":
         return await _call_mcp(rt, tool, arguments, on_progress, on_log, prepared=prepared)
+    if tool.source_kind == "lore":  # answered in process from the toolkit's own documents
+        return await lore_tools.answer(rt, tool, arguments, max_bytes=prepared.max_bytes)
     if tool.source_kind == "catalog" or tool.binding is None:
         raise UpstreamError(
             f"{tool.name} has no upstream: its toolkit {tool.toolkit!r} was imported from a catalogue "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from appliance.catalogue.screening import visible
 from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
 from appliance.children.processes import StdioSpec, check_spec
+from appliance.db import WriteTx
 from appliance.errors import ApplianceError, ImportFailed, UpstreamError
 from appliance.gateway import demo_api, redaction, screening
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
@@ -49,6 +50,7 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
     changes: dict[str, Any] | None = None  # a replace: added, changed, removed, returned, pending
     held: list[dict[str, Any]] = field(default_factory=list)  # pending for what screening found
+    documents: dict[str, Any] | None = None  # a Lore import: documents added, changed, removed, kept
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +66,7 @@ class ImportReport:
             "notes": self.notes,
             "held": self.held,
             **({"changes": self.changes} if self.changes is not None else {}),
+            **({"documents": self.documents} if self.documents is not None else {}),
             "seconds": round(self.seconds, 3),
         }
 
@@ -124,7 +127,7 @@ class _Stored:
     held: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def _store(
+async def store_draft(
     rt: Runtime,
     draft: ToolkitDraft,
     project: str,
@@ -133,9 +136,11 @@ async def _store(
     approve_new: bool = False,
     importer: Principal | None = None,
     credential: CredentialInput | None = None,
+    also: Callable[[WriteTx, int], Awaitable[None]] | None = None,
 ) -> _Stored:
     # approve_new: the tools wait as `pending` for an owner's approval, so they stay out of
-    # the search index (it holds active tools only) until approved.
+    # the search index (it holds active tools only) until approved. also: more to write in
+    # the same transaction, given the toolkit's id (a Lore toolkit's documents).
     state: ToolState = "pending" if approve_new else "active"
     outcome = _Stored(replaced=False)
     texts = await screening.texts(rt, draft.tools)
@@ -150,6 +155,8 @@ async def _store(
             await grants.set_owner(tx, kit_id, None if importer.operator else importer.user_id)
         if credential is not None:  # sealed in the same transaction: all or nothing
             await store_credential(tx, rt, kit_id, credential)
+        if also is not None:
+            await also(tx, kit_id)
         if stored is None:
             # A replace is a re-sync from the fresh import: matched tools keep their ids, so
             # approvals, kind overrides, grants and vectors survive (catalogue/sync.plan_replace).
@@ -200,7 +207,7 @@ def _index_row(slug: str, tool_id: int, t: ToolDraft) -> fts.IndexRow:
     )
 
 
-def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
+def draft_report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
     return ImportReport(
         slug=draft.slug,
         project=project,
@@ -273,11 +280,11 @@ async def import_openapi(
         raise ImportFailed(
             f"{NO_BASE_URL}; pass --base-url (e.g. https://api.example.com/v1)", field="base_url"
         )
-    report = _report(draft, project, dry_run, started)
+    report = draft_report(draft, project, dry_run, started)
     if absolute is None:  # a dry run only looks: say what saving will need instead of refusing
         report.notes.append(f"{NO_BASE_URL}: saving this import needs --base-url")
     if not dry_run:
-        report.apply(await _store(rt, draft, project, replace, importer=importer))
+        report.apply(await store_draft(rt, draft, project, replace, importer=importer))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -300,9 +307,9 @@ async def import_catalog(
             convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
         )
     _refuse_empty(draft, "the catalogue has no tool definition")
-    report = _report(draft, project, dry_run, started)
+    report = draft_report(draft, project, dry_run, started)
     if not dry_run:
-        report.apply(await _store(rt, draft, project, replace))
+        report.apply(await store_draft(rt, draft, project, replace))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -392,7 +399,7 @@ async def import_mcp(
         meta={"server_info": info, "protocol_version": era},
     )
     draft.connection = connection
-    report = _report(draft, project, dry_run, started)
+    report = draft_report(draft, project, dry_run, started)
     report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")
@@ -400,7 +407,7 @@ async def import_mcp(
         report.notes.append(f"credential ({cred.scheme}) {'checked' if dry_run else 'sealed in the vault'}")
     if not dry_run:
         report.apply(
-            await _store(
+            await store_draft(
                 rt, draft, project, replace, approve_new=approve_new, credential=cred, importer=importer
             )
         )

@@ -16,7 +16,7 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import InvalidParams
-from appliance.gateway import bridge, imports
+from appliance.gateway import bridge, imports, lore
 from appliance.gateway.searching import check_query, search_tools
 from appliance.models import Principal
 from appliance.web.admin_routes import (  # noqa: F401 - error_response, admin_only: shared with siblings
@@ -88,6 +88,46 @@ async def import_openapi(request: Request) -> HTTPResponse:
         dry_run=bool(doc.get("dry_run")),
         replace=bool(doc.get("replace")),
         data=data,
+        importer=request.ctx.principal,
+    )
+    return response.json(report.as_dict(), status=200 if report.dry_run else 201)
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = (request.args.get(name) or "").lower()
+    if raw in ("", "0", "false", "no"):
+        return False
+    if raw in ("1", "true", "yes"):
+        return True
+    raise InvalidParams(f"'{name}' must be true or false", field=name)
+
+
+@bp.post("/toolkits/lore")
+@answers()
+async def import_lore(request: Request) -> HTTPResponse:
+    """Import (or update in place) a Lore toolkit from a .zip or .tar(.gz) sent as the body.
+
+    Query: ``slug``, ``project``?, ``dry_run``?, ``skip_unreadable``?. The archive itself is
+    the body (its first bytes tell zip from tar), so documents are never inflated into JSON.
+    """
+    slug = request.args.get("slug")
+    if not slug:
+        raise InvalidParams("query parameter 'slug' is required", field="slug")
+    if (request.content_type or "").startswith("application/json"):
+        raise InvalidParams(
+            "send the archive itself as the body (application/zip or application/gzip), not JSON",
+            field="body",
+        )
+    if not request.body:
+        raise InvalidParams("the body must be a .zip or .tar(.gz) archive; it is empty", field="body")
+    report = await lore.import_lore(
+        request.app.ctx.rt,
+        "upload",
+        slug=slug,
+        project=request.args.get("project") or "default",
+        data=request.body,
+        dry_run=_flag(request, "dry_run"),
+        skip_unreadable=_flag(request, "skip_unreadable"),
         importer=request.ctx.principal,
     )
     return response.json(report.as_dict(), status=200 if report.dry_run else 201)

@@ -267,6 +267,30 @@ PATHS: dict[str, dict[str, Any]] = {
             ),
         ),
     },
+    "/api/v1/toolkits/lore": {
+        "post": {
+            **_op(
+                "Import or update a Lore toolkit (a knowledge base) from an archive sent as the body;"
+                " the caller owns a new toolkit (limited per hour)",
+                {"type": "object"},
+                status="201",
+                params=[
+                    {**_query("slug", {"type": "string"}, "Toolkit slug."), "required": True},
+                    _PROJECT_Q,
+                    _query("dry_run", {"type": "boolean"}, "Read and report; store nothing."),
+                    _query("skip_unreadable", {"type": "boolean"}, "Store the readable documents."),
+                ],
+            ),
+            "requestBody": {
+                "required": True,
+                "description": "A .zip or .tar(.gz) of Markdown, text, HTML and PDF files.",
+                "content": {
+                    media: {"schema": {"type": "string", "format": "binary"}}
+                    for media in ("application/zip", "application/gzip", "application/x-tar")
+                },
+            },
+        },
+    },
     "/api/v1/toolkits/{slug}": {
         "parameters": [_SLUG_P],
         "delete": _op(

@@ -47,6 +47,19 @@ def open_db(data_dir: Path, *, read_only: bool = False) -> sqlean.Connection:
     return sqlean.connect(str(path), timeout=10)
 
 
+def api(app: Appliance, key: str | None = None) -> httpx.Client:
+    """An admin API client with ``key`` (default: the appliance's admin key)."""
+    return httpx.Client(
+        base_url=app.base_url, headers={"Authorization": f"Bearer {key or app.key}"}, timeout=30
+    )
+
+
+def ok(r: httpx.Response, status: int = 200) -> Any:
+    """The JSON of an answer that must have ``status``."""
+    assert r.status_code == status, r.text
+    return r.json()
+
+
 def add_user_keys(data_dir: Path, user: str, keys: int, *, agents: bool = False) -> list[str]:
     """A non-admin user with ``keys`` API keys (``agents``: each for an agent of its own)."""
     made = [f"tsk_{secrets.token_urlsafe(32)}" for _ in range(keys)]

@@ -25,6 +25,7 @@ from appliance.egress import guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway import credentials, patterns
 from appliance.gateway.validation import validate_arguments
+from appliance.lore import formats
 from appliance.mcpclient import http_transport as mcp_http
 from appliance.protocol import param_headers
 from appliance.rpc import jsonrpc
@@ -125,6 +126,10 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "credentials._QUERY_NAME": lambda s: credentials._QUERY_NAME.fullmatch(s),
     "stdio_spec._ENV_NAME": lambda s: stdio_spec._ENV_NAME.fullmatch(s),
     "stdio_spec._SAFE_NAME": lambda s: stdio_spec._SAFE_NAME.fullmatch(s),
+    # A Lore document's lines (headings, fences) and titles
+    "formats._ATX": lambda s: formats._ATX.match("# " + s + " #"),
+    "formats._FENCE": lambda s: formats._FENCE.match(s),
+    "formats._SPACES": lambda s: formats._SPACES.sub(" ", s),
     # Secrets whose forms share prefixes with the hostile runs: the alternation is tried at
     # every position, so a near miss at each one must still cost a bounded amount.
     "secret.Redactor": Redactor(["AAAAAAAAAAAAAAAb", "aAaAaAaAaAaAaAaAx", "0.0.0.0.0.0.0.0.y"]).text,

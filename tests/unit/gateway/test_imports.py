@@ -3,38 +3,22 @@ a dry run looks without needing a base URL. In-process, on a real database."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from appliance import config
 from appliance.errors import ImportFailed
 from appliance.gateway import imports
 from appliance.gateway.runtime import Runtime
+from tests.support.runtimes import on_runtime
 from tests.support.servers import FIXTURES
 
 T = TypeVar("T")
 WEBHOOKS = FIXTURES / "oai-v3.1-webhook-example.yaml"  # webhooks only: no operation at all
 PETSTORE = FIXTURES / "oai-v3.0-petstore.yaml"
 BASE = "https://api.example.com/v1"
-
-
-def on_runtime(tmp_path: Path, work: Callable[[Runtime], Awaitable[T]]) -> T:
-    settings = config.load(cli={"data_dir": str(tmp_path / "data")}, env={})
-
-    async def main() -> T:
-        rt = Runtime(settings)
-        await rt.open()
-        try:
-            return await work(rt)
-        finally:
-            await rt.close()
-
-    return asyncio.run(asyncio.wait_for(main(), timeout=60))
 
 
 async def tool_names(rt: Runtime, slug: str) -> list[str]:

@@ -1,0 +1,28 @@
+"""A real Runtime on a fresh data directory for one in-process test: opened, used, closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+from appliance import config
+from appliance.gateway.runtime import Runtime
+
+T = TypeVar("T")
+
+
+def on_runtime(tmp_path: Path, work: Callable[[Runtime], Awaitable[T]], *, timeout_s: float = 60) -> T:
+    """``work`` on a Runtime over ``tmp_path / "data"`` (default settings), within ``timeout_s``."""
+    settings = config.load(cli={"data_dir": str(tmp_path / "data")}, env={})
+
+    async def main() -> T:
+        rt = Runtime(settings)
+        await rt.open()
+        try:
+            return await work(rt)
+        finally:
+            await rt.close()
+
+    return asyncio.run(asyncio.wait_for(main(), timeout=timeout_s))
