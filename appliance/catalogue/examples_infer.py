@@ -147,7 +147,6 @@ def infer_toolkit(
             f"the {chosen.scheme} credential ({chosen.name}) sent by {len(chosen.entries)} example(s) "
             "becomes the toolkit's vault credential, never a tool input"
         )
-    notes.append("every inferred tool is pending until approved (toolspoke approve SLUG --tool NAME)")
     draft = ToolkitDraft(
         slug=slug,
         source_kind="openapi",

@@ -41,7 +41,7 @@ class ImportReport:
     source: str
     base_url: str | None
     dry_run: bool
-    tools: list[dict[str, str]]
+    tools: list[dict[str, Any]]
     skipped: list[dict[str, str]]
     replaced: bool = False
     seconds: float = 0.0
@@ -116,7 +116,7 @@ class _Stored:
     changes: dict[str, Any] | None = None  # a replace: what it did to the existing tools
 
 
-async def _store(
+async def store_draft(
     rt: Runtime,
     draft: ToolkitDraft,
     project: str,
@@ -179,7 +179,7 @@ def _index_row(slug: str, tool_id: int, t: ToolDraft) -> fts.IndexRow:
     )
 
 
-def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
+def draft_report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
     return ImportReport(
         slug=draft.slug,
         project=project,
@@ -198,7 +198,7 @@ def _report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) ->
 REFUSAL_SKIPPED_MAX = 50
 
 
-def _refuse_empty(draft: ToolkitDraft, lacks: str) -> None:
+def refuse_empty(draft: ToolkitDraft, lacks: str) -> None:
     """Nothing usable is refused before anything is stored (a replace keeps the old toolkit)."""
     if draft.tools:
         return
@@ -244,7 +244,7 @@ async def import_openapi(
         draft = await asyncio.to_thread(
             _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes, red
         )
-    _refuse_empty(draft, "the spec has no usable operation")
+    refuse_empty(draft, "the spec has no usable operation")
     absolute = draft.base_url if (draft.base_url or "").startswith(("http://", "https://")) else None
     if absolute is not None:
         rt.egress.check_url(absolute, field="base_url")
@@ -252,11 +252,11 @@ async def import_openapi(
         raise ImportFailed(
             f"{NO_BASE_URL}; pass --base-url (e.g. https://api.example.com/v1)", field="base_url"
         )
-    report = _report(draft, project, dry_run, started)
+    report = draft_report(draft, project, dry_run, started)
     if absolute is None:  # a dry run only looks: say what saving will need instead of refusing
         report.notes.append(f"{NO_BASE_URL}: saving this import needs --base-url")
     if not dry_run:
-        report.apply(await _store(rt, draft, project, replace, importer=importer))
+        report.apply(await store_draft(rt, draft, project, replace, importer=importer))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -278,10 +278,10 @@ async def import_catalog(
         draft = await asyncio.to_thread(
             convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
         )
-    _refuse_empty(draft, "the catalogue has no tool definition")
-    report = _report(draft, project, dry_run, started)
+    refuse_empty(draft, "the catalogue has no tool definition")
+    report = draft_report(draft, project, dry_run, started)
     if not dry_run:
-        report.apply(await _store(rt, draft, project, replace))
+        report.apply(await store_draft(rt, draft, project, replace))
     report.seconds = time.perf_counter() - started
     return report
 
@@ -368,7 +368,7 @@ async def import_mcp(
         meta={"server_info": info, "protocol_version": era},
     )
     draft.connection = connection
-    report = _report(draft, project, dry_run, started)
+    report = draft_report(draft, project, dry_run, started)
     report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")
@@ -376,7 +376,7 @@ async def import_mcp(
         report.notes.append(f"credential ({cred.scheme}) {'checked' if dry_run else 'sealed in the vault'}")
     if not dry_run:
         report.apply(
-            await _store(
+            await store_draft(
                 rt, draft, project, replace, approve_new=approve_new, credential=cred, importer=importer
             )
         )
