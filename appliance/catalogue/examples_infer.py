@@ -31,7 +31,7 @@ from appliance.catalogue.examples_paths import (
     template_of,
 )
 from appliance.catalogue.examples_paths import segments as path_segments
-from appliance.catalogue.examples_schema import Conflict, Shape, ShapeConflict, text_value
+from appliance.catalogue.examples_schema import Conflict, Shape, text_value
 from appliance.catalogue.naming import assign_names, validate_slug
 from appliance.catalogue.openapi_operation import unique_args
 from appliance.errors import ImportFailed
@@ -263,11 +263,7 @@ def _tool(name: str, route: Route, group: _Group) -> ToolDraft:
         for fname, p in form.items():
             inputs.append(("form", fname, _param_schema(p, f"form {fname}"), p.present == with_body == n))
     elif body_kind is not None:
-        try:
-            schema = body.schema("body")
-        except ShapeConflict as exc:
-            found.append(exc.conflict)
-            schema = {}
+        schema = body.schema("body", conflicts=found)
         inputs.append(("body", "body", schema, with_body == n))
     for hname, p in headers.items():
         inputs.append(("header", hname, {"type": "string"}, p.present == n))

@@ -118,8 +118,12 @@ class Shape:
         else:
             self.many_values = True
 
-    def schema(self, where: str, *, lenient: bool = False) -> dict[str, Any]:
-        """JSON Schema for what was seen; ShapeConflict unless ``lenient`` (text: a string)."""
+    def schema(
+        self, where: str, *, lenient: bool = False, conflicts: list[Conflict] | None = None
+    ) -> dict[str, Any]:
+        """JSON Schema for what was seen. Kinds that cannot be one type are a string when
+        ``lenient`` (text), else added to ``conflicts`` (every one of them, the place left
+        open) or, without that list, ShapeConflict."""
         if self.open:
             return {}
         kinds = set(self.kinds)
@@ -127,7 +131,11 @@ class Shape:
             kinds = (kinds - {"integer"}) | {"number"}
         if len(kinds) > 1:
             if not lenient:
-                raise ShapeConflict(Conflict(where, dict(self.kinds)))
+                conflict = Conflict(where, dict(self.kinds))
+                if conflicts is None:
+                    raise ShapeConflict(conflict)
+                conflicts.append(conflict)
+                return {}
             kinds = {"string"}
         if not kinds:
             return {}
@@ -135,13 +143,15 @@ class Shape:
         out: dict[str, Any] = {"type": [kind, "null"] if self.nulls else kind}
         if kind == "object":
             out["properties"] = {
-                name: shape.schema(f"{where}.{name}", lenient=lenient) for name, shape in self.fields.items()
+                name: shape.schema(f"{where}.{name}", lenient=lenient, conflicts=conflicts)
+                for name, shape in self.fields.items()
             }
             required = [name for name, count in self.present.items() if count == self.objects]
             if required:
                 out["required"] = required
         elif kind == "array":
-            out["items"] = self.items.schema(f"{where}[]", lenient=lenient) if self.items else {}
+            items = self.items
+            out["items"] = items.schema(f"{where}[]", lenient=lenient, conflicts=conflicts) if items else {}
         elif kind == "string":
             self._string_keywords(out)
         return out
