@@ -68,9 +68,11 @@ class _Group:
     targets: list[Target] = field(default_factory=list)
 
     def response_fields(self) -> frozenset[str] | None:
+        """The answers' fields one level down too (``items[].id``, ``owner.email``): two
+        collections behind the same envelope (``items``, ``total``) still differ."""
         keys: set[str] = set()
         for e in self.examples:
-            keys |= set(_response_fields(e))
+            keys |= _signature(_response_value(e))
         return frozenset(keys) or None
 
 
@@ -356,17 +358,36 @@ def _media_type(group: _Group, kind: str | None) -> str | None:
     return next((e.header("content-type") for e in group.examples if e.body), None) or "text/plain"
 
 
-def _response_fields(e: Example) -> list[str]:
+def _response_value(e: Example) -> Any:
     text = e.response_body
     if not text or not text.lstrip().startswith(("{", "[")):
-        return []
+        return None
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return []
+        return None
     if isinstance(value, list):
         value = next((v for v in value if isinstance(v, dict)), None)
-    return [str(k) for k in value][: FIELDS_SHOWN * 4] if isinstance(value, dict) else []
+    return value if isinstance(value, dict) else None
+
+
+def _response_fields(e: Example) -> list[str]:
+    value = _response_value(e)
+    return [str(k) for k in value][: FIELDS_SHOWN * 4] if value is not None else []
+
+
+def _signature(value: dict[str, Any] | None) -> set[str]:
+    if value is None:
+        return set()
+    out = set()
+    for key, item in value.items():
+        out.add(str(key))
+        if isinstance(item, list):
+            item = next((v for v in item if isinstance(v, dict)), None)
+            out |= {f"{key}[].{k}" for k in item} if item is not None else set()
+        elif isinstance(item, dict):
+            out |= {f"{key}.{k}" for k in item}
+    return out
 
 
 def _description(route: Route, group: _Group, body_kind: str | None) -> str:

@@ -7,7 +7,8 @@ it into JSON Schema: types (integer widened to number, null as a nullable type),
 (date-time, date, email, uuid, uri), enums where few values repeat across enough examples,
 ``required`` for fields present in every object, nested objects and arrays. Two kinds that
 cannot be one type (a string here, an object there) are a ``Conflict`` naming both entries.
-Work is linear in the values observed; nesting deeper than ``MAX_DEPTH`` is left open.
+Work is linear in the values observed; nesting deeper than ``MAX_DEPTH`` and fields past
+``MAX_FIELDS`` of one object are left open.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_DEPTH = 12
+MAX_FIELDS = 200  # per object: a schema stays readable (and small) whatever a body holds
 ENUM_MIN_SAMPLES = 4  # an enum needs values seen at least this often in all...
 ENUM_MAX_VALUES = 6  # ...no more distinct values than this...
 ENUM_MAX_LENGTH = 40  # ...each short, like a status or a colour, not free text
@@ -99,6 +101,8 @@ class Shape:
             self.objects += 1
             for key, item in value.items():
                 name = str(key)
+                if name not in self.fields and len(self.fields) >= MAX_FIELDS:
+                    continue  # an object of thousands of keys is a map: the rest stays open
                 self.present[name] = self.present.get(name, 0) + 1
                 self.fields.setdefault(name, Shape()).observe(item, where, depth + 1)
         elif kind == "array":

@@ -96,6 +96,15 @@ def test_a_varying_word_becomes_a_parameter_only_when_the_answers_agree() -> Non
         )
     )
     assert sorted(t.binding["path"] for t in apart.values()) == ["/api/items", "/api/orders", "/api/users"]
+    enveloped = tools(
+        infer(
+            *(
+                ex(i, "GET", f"{API}/api/{name}", response={"items": [{f"{name}_id": 1}], "total": 1})
+                for i, name in enumerate(["users", "orders", "items"], 1)
+            )
+        )
+    )
+    assert len(enveloped) == 3  # the same envelope around different items: three endpoints
 
 
 def test_query_parameters_get_types_from_values_and_are_required_when_always_sent() -> None:
@@ -295,3 +304,9 @@ def test_nesting_past_the_limit_is_left_open_not_recursed() -> None:
     while schema.get("properties"):
         schema, depth = schema["properties"]["d"], depth + 1
     assert schema == {} and depth == 13
+
+
+def test_an_object_of_thousands_of_keys_keeps_a_bounded_schema() -> None:
+    shape = Shape()
+    shape.observe({f"k{i}": i for i in range(5000)}, "entry 1")
+    assert len(shape.schema("body")["properties"]) == 200
