@@ -174,17 +174,15 @@ class Shape:
             out["enum"] = sorted(self.values)
 
 
+# bool before int: True is an int to Python, a boolean to JSON.
+_KINDS: tuple[tuple[type, str], ...] = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (dict, "object"),
+    (list, "array"),
+)
+
+
 def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, dict):
-        return "object"
-    if isinstance(value, list):
-        return "array"
-    return "string"
+    return next((kind for cls, kind in _KINDS if isinstance(value, cls)), "string")

@@ -141,7 +141,8 @@ async def store_draft(
         if stored is None:
             # A replace is a re-sync from the fresh import: matched tools keep their ids, so
             # approvals, kind overrides, grants and vectors survive (catalogue/sync.plan_replace).
-            approvals = draft.source_kind == "mcp"
+            # Tools inferred from examples are a guess: a changed one is reviewed again, too.
+            approvals = draft.source_kind == "mcp" or bool(draft.meta.get("inferred"))
             plan = await sync_store.replace_tools(
                 tx, kit_id, draft.slug, draft.tools, state=state, approvals=approvals
             )

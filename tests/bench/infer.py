@@ -15,19 +15,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance import config
 from appliance.catalogue.examples_har import parse_har
 from appliance.catalogue.examples_infer import infer_toolkit
 from appliance.gateway import examples_import
 from appliance.gateway.runtime import Runtime
+from tests.bench.redaction_bench import best
 
 RESOURCES = ["users", "projects", "tickets", "comments", "builds", "deploys", "alerts", "teams"]
 TOKEN = "bench-token-0123456789abcdef"
@@ -86,15 +89,6 @@ def entry(rng: random.Random, i: int) -> dict[str, Any]:
 def har(n: int) -> bytes:
     rng = random.Random(7)
     return orjson.dumps({"log": {"version": "1.2", "entries": [entry(rng, i) for i in range(n)]}})
-
-
-def best(fn: Callable[[], object], runs: int) -> float:
-    fastest = float("inf")
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        fastest = min(fastest, time.perf_counter() - started)
-    return fastest
 
 
 def pure(data: bytes) -> int:

@@ -161,3 +161,24 @@ def test_the_body_is_checked_field_by_field(api: httpx.Client) -> None:
         r = api.post("/api/v1/toolkits/infer", json=doc)
         assert r.status_code in (400, 422), r.text
         assert r.json()["error"]["field"] == field, (doc, r.text)
+
+
+def test_inferred_tools_are_approved_one_by_one_and_a_changed_one_is_reviewed_again(
+    api: httpx.Client,
+) -> None:
+    first = f"curl '{API}/v1/items?page=1'\ncurl {API}/v1/items/1"
+    assert api.post("/api/v1/toolkits/infer", json={"slug": "review", "examples": first}).status_code == 201
+    every = api.post("/api/v1/toolkits/review/approve", json={"all": True})
+    assert every.status_code == 422 and every.json()["error"]["field"] == "tools"
+    assert "approve them one by one" in every.json()["error"]["message"]
+    for name in ("review__list_items", "review__get_item"):
+        assert api.post("/api/v1/toolkits/review/approve", json={"tools": [name]}).json()["approved"] == [
+            name
+        ]
+    # The list's examples now show another query parameter: that tool waits for review again.
+    again = f"curl '{API}/v1/items?page=1&sort=name'\ncurl {API}/v1/items/1"
+    r = api.post("/api/v1/toolkits/infer", json={"slug": "review", "examples": again, "replace": True})
+    assert r.status_code == 201, r.text
+    assert r.json()["changes"]["pending"] == ["review__list_items"]
+    pending = api.get("/api/v1/toolkits/review/pending").json()["pending"]
+    assert [t["name"] for t in pending] == ["review__list_items"]
