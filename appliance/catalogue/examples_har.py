@@ -83,7 +83,7 @@ def _entry(entry: Any, where: str) -> Example | Skipped:
     status = status if isinstance(status, int) and 100 <= status <= 599 else None
     content: dict[str, Any] = response["content"] if isinstance(response.get("content"), dict) else {}
     mime = content.get("mimeType") if isinstance(content.get("mimeType"), str) else None
-    label = f"{method} {url[:80]}"
+    label = f"{method} {url.split('?', 1)[0][:80]}"  # a query may hold a credential: not reported
     if method.upper() == "OPTIONS":
         return Skipped(f"{where} ({label})", "a CORS preflight, not an API call")
     if mime and mime.lower().startswith(_NOT_API):

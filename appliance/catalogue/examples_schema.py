@@ -34,6 +34,9 @@ _FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("email", re.compile(r"[^@\s]{1,64}@[^@\s.]+(?:\.[^@\s.]+)+")),
     ("uri", re.compile(r"https?://[^\s]+")),
 )
+# A field named like a credential never lists its values (a password sent in every example
+# would otherwise repeat enough to look like an enum).
+_SECRETIVE = re.compile(r"pass|secret|token|key|auth|credential|session|otp|pin", re.IGNORECASE)
 _INTEGER = re.compile(r"-?(?:0|[1-9]\d{0,17})")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
@@ -123,7 +126,12 @@ class Shape:
             self.many_values = True
 
     def schema(
-        self, where: str, *, lenient: bool = False, conflicts: list[Conflict] | None = None
+        self,
+        where: str,
+        *,
+        lenient: bool = False,
+        conflicts: list[Conflict] | None = None,
+        secretive: bool = False,
     ) -> dict[str, Any]:
         """JSON Schema for what was seen. Kinds that cannot be one type are a string when
         ``lenient`` (text), else added to ``conflicts`` (every one of them, the place left
@@ -147,7 +155,12 @@ class Shape:
         out: dict[str, Any] = {"type": [kind, "null"] if self.nulls else kind}
         if kind == "object":
             out["properties"] = {
-                name: shape.schema(f"{where}.{name}", lenient=lenient, conflicts=conflicts)
+                name: shape.schema(
+                    f"{where}.{name}",
+                    lenient=lenient,
+                    conflicts=conflicts,
+                    secretive=_SECRETIVE.search(name) is not None,
+                )
                 for name, shape in self.fields.items()
             }
             required = [name for name, count in self.present.items() if count == self.objects]
@@ -157,15 +170,16 @@ class Shape:
             items = self.items
             out["items"] = items.schema(f"{where}[]", lenient=lenient, conflicts=conflicts) if items else {}
         elif kind == "string":
-            self._string_keywords(out)
+            self._string_keywords(out, enum=not secretive)
         return out
 
-    def _string_keywords(self, out: dict[str, Any]) -> None:
+    def _string_keywords(self, out: dict[str, Any], *, enum: bool) -> None:
         if len(self.formats) == 1 and None not in self.formats:
             out["format"] = next(iter(self.formats))
             return
         if (
-            not self.many_values
+            enum
+            and not self.many_values
             and self.strings >= ENUM_MIN_SAMPLES
             and len(self.values) <= ENUM_MAX_VALUES
             and len(self.values) * 2 <= self.strings

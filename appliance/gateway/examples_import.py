@@ -120,6 +120,7 @@ async def import_examples(
         report = draft_report(draft, project, dry_run, started)
         report.tools = [_tool_report(t, inference, dry_run) for t in draft.tools]
         report.notes = [red.text(n) for n in report.notes]
+        report.skipped = red.value(report.skipped)
         if base is None:
             report.notes.append(f"{NO_BASE_URL}: saving this import needs --base-url")
         if cred is not None:

@@ -144,6 +144,7 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "examples_schema uri": lambda s: examples_schema._FORMATS[4][1].fullmatch("https://" + s),
     "examples_schema._INTEGER": lambda s: examples_schema.text_value(s),
     "examples_schema._NUMBER": lambda s: examples_schema._NUMBER.fullmatch("1" + s),
+    "examples_schema._SECRETIVE": lambda s: examples_schema._SECRETIVE.search(s),
     "examples_paths._HEX": lambda s: examples_paths._HEX.fullmatch(s),
     "examples_paths._TOKEN": lambda s: examples_paths._TOKEN.fullmatch(s),
     "examples_paths._DIGITS": lambda s: examples_paths.id_like(s),

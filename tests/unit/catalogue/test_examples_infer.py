@@ -310,3 +310,11 @@ def test_an_object_of_thousands_of_keys_keeps_a_bounded_schema() -> None:
     shape = Shape()
     shape.observe({f"k{i}": i for i in range(5000)}, "entry 1")
     assert len(shape.schema("body")["properties"]) == 200
+
+
+def test_a_field_named_like_a_credential_never_lists_its_values() -> None:
+    logins = [{"user": "ops", "password": "hunter2-repeated", "mode": "a"} for _ in range(6)]
+    (tool,) = infer(*(ex(i, "POST", f"{API}/login", b) for i, b in enumerate(logins, 1))).draft.tools
+    props = tool.input_schema["properties"]["body"]["properties"]
+    assert props["password"] == {"type": "string"}
+    assert props["user"] == {"type": "string", "enum": ["ops"]} and props["mode"]["enum"] == ["a"]

@@ -209,3 +209,13 @@ def test_an_oversized_recording_is_refused_before_any_entry_is_read() -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ImportFailed, match="cannot tell the examples' format"):
         detect_format("hello world")
+
+
+def test_a_skipped_entry_is_reported_without_its_query() -> None:
+    text = har(
+        entry("GET", f"https://app.test/logo.png?api_key={TOKEN}", mime="image/png"),
+        entry("GET", "https://app.test/api/x"),
+    )
+    _, skipped = parse_har(text)
+    assert skipped[0].where == "entry 1 (GET https://app.test/logo.png)"
+    assert TOKEN not in repr(skipped)
