@@ -296,14 +296,19 @@ def _claim_order(inputs: list[_Input], body: list[_Input]) -> list[_Input]:
 
 
 def _assign_args(ordered: list[_Input]) -> list[str]:
-    """Unique property names: the first claimant keeps the (sanitised) wire name, later
-    ones get ``<location>_<name>`` and, if still taken, ``_2``, ``_3``…"""
+    return unique_args([(x.location, x.name) for x in ordered])
+
+
+def unique_args(ordered: list[tuple[str, str]]) -> list[str]:
+    """Unique property names for ``(location, wire name)`` in claim order: the first
+    claimant keeps the (sanitised) wire name, later ones get ``<location>_<name>`` and, if
+    still taken, ``_2``, ``_3``…"""
     used: set[str] = set()
     out: list[str] = []
-    for x in ordered:
-        arg = _ARG_INVALID.sub("_", x.name)[:64] or x.location
+    for location, name in ordered:
+        arg = _ARG_INVALID.sub("_", name)[:64] or location
         if arg in used:
-            arg = f"{x.location}_{arg}"[:64]
+            arg = f"{location}_{arg}"[:64]
         base, n = arg, 2
         while arg in used:
             arg = f"{base[:60]}_{n}"
@@ -357,4 +362,4 @@ def check_parameter(ctx: OperationContext, raw: Any, index: int) -> dict[str, An
     return param
 
 
-__all__ = ["SkipOperation", "build_operation", "check_parameter", "pick_media_type", "trim"]
+__all__ = ["SkipOperation", "build_operation", "check_parameter", "pick_media_type", "trim", "unique_args"]

@@ -19,9 +19,10 @@ _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
 
 
 async def find_toolkit(conn: ReadConn, slug: str, *, project: str) -> dict[str, Any]:
-    """The toolkit row (id, slug, project, source_kind, connection decoded) or NotFound."""
+    """The toolkit row (id, slug, project, source_kind, connection decoded, whether its tools
+    were inferred from examples) or NotFound."""
     row = await conn.one(
-        "SELECT k.id, k.slug, k.source_kind, k.connection, p.slug AS project FROM toolkits k"
+        "SELECT k.id, k.slug, k.source_kind, k.connection, k.meta, p.slug AS project FROM toolkits k"
         " JOIN projects p ON p.id = k.project_id WHERE k.slug = ? AND p.slug = ?",
         (slug, project),
     )
@@ -33,6 +34,7 @@ async def find_toolkit(conn: ReadConn, slug: str, *, project: str) -> dict[str, 
         "project": row["project"],
         "source_kind": row["source_kind"],
         "connection": loads(row["connection"]),
+        "inferred": bool((loads(row["meta"]) or {}).get("inferred")),
     }
 
 

@@ -39,8 +39,13 @@ def _print_report(report: Any, as_json: bool) -> None:
     )
     if data["base_url"]:
         click.echo(f"base URL: {data['base_url']}")
-    if data["dry_run"]:
-        for tool in data["tools"]:
+    for tool in data["tools"]:
+        if "inferred_from" in tool:  # inferred tools: what each came from, always shown
+            where = ", ".join(tool["inferred_from"][:8]) + (" …" if len(tool["inferred_from"]) > 8 else "")
+            click.echo(
+                f"  {tool['state']:<8} {tool['kind']:<12} {tool['name']}  {tool['title']}  (from {where})"
+            )
+        elif data["dry_run"]:
             click.echo(f"  {tool['kind']:<12} {tool['name']}  {tool['title']}")
     for skip in data["skipped"]:
         click.echo(f"skipped {skip['where']}: {skip['reason']}", err=True)
@@ -62,6 +67,8 @@ def _reporting_refusal(work: Callable[[Any], Awaitable[Any]]) -> Callable[[Any],
         try:
             return await work(rt)
         except ImportFailed as exc:
+            for conflict in exc.data.get("conflicts", []):
+                click.echo(f"conflict in {conflict['tool']}: {conflict['where']}", err=True)
             for listed, verb in (("skipped", "skipped"), ("unreadable", "cannot read")):
                 for skip in exc.data.get(listed, []):
                     click.echo(f"{verb} {skip['where']}: {skip['reason']}", err=True)
@@ -168,6 +175,61 @@ def import_lore(
         _reporting_refusal(
             lambda rt: lore.import_lore(
                 rt, source, slug=slug, project=project, dry_run=dry_run, skip_unreadable=skip_unreadable
+            )
+        ),
+    )
+    _print_report(report, as_json)
+
+
+@import_.command("examples")
+@click.argument("source")
+@click.option("--slug", required=True, help="Toolkit slug: lower-case letters, digits and '-'.")
+@click.option("--project", default="default", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "curl", "http", "har"]),
+    default="auto",
+    show_default=True,
+    help="curl command lines, raw HTTP request/response pairs, or a HAR file.",
+)
+@click.option("--base-url", default=None, help="The API's base URL (else the examples' own origin).")
+@click.option("--dry-run", is_flag=True, help="Show the inferred tools; store nothing.")
+@click.option("--replace", is_flag=True, help="Replace an existing toolkit with this slug.")
+@STORE
+def import_examples(
+    source: str,
+    slug: str,
+    project: str,
+    fmt: str,
+    base_url: str | None,
+    dry_run: bool,
+    replace: bool,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Infer HTTP tools from endpoint examples (a file or an http(s) URL); no spec needed.
+
+    Every inferred tool is stored pending: approve each with 'toolspoke approve SLUG --tool
+    NAME'. A credential the examples send (Authorization, X-API-Key, Cookie, ...) is sealed
+    in the vault as the toolkit's credential, never a tool input.
+    """
+    from appliance.gateway import examples_import
+
+    report = operate(
+        data_dir,
+        config_file,
+        _reporting_refusal(
+            lambda rt: examples_import.import_examples(
+                rt,
+                source,
+                slug=slug,
+                project=project,
+                fmt=fmt,
+                base_url=base_url,
+                dry_run=dry_run,
+                replace=replace,
             )
         ),
     )

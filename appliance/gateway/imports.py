@@ -43,7 +43,7 @@ class ImportReport:
     source: str
     base_url: str | None
     dry_run: bool
-    tools: list[dict[str, str]]
+    tools: list[dict[str, Any]]
     skipped: list[dict[str, str]]
     replaced: bool = False
     seconds: float = 0.0
@@ -160,7 +160,8 @@ async def store_draft(
         if stored is None:
             # A replace is a re-sync from the fresh import: matched tools keep their ids, so
             # approvals, kind overrides, grants and vectors survive (catalogue/sync.plan_replace).
-            approvals = draft.source_kind == "mcp"
+            # Tools inferred from examples are a guess: a changed one is reviewed again, too.
+            approvals = draft.source_kind == "mcp" or bool(draft.meta.get("inferred"))
             plan = await sync_store.replace_tools(
                 tx, kit_id, draft.slug, draft.tools, state=state, approvals=approvals, screening=found
             )
@@ -226,7 +227,7 @@ def draft_report(draft: ToolkitDraft, project: str, dry_run: bool, started: floa
 REFUSAL_SKIPPED_MAX = 50
 
 
-def _refuse_empty(draft: ToolkitDraft, lacks: str) -> None:
+def refuse_empty(draft: ToolkitDraft, lacks: str) -> None:
     """Nothing usable is refused before anything is stored (a replace keeps the old toolkit)."""
     if draft.tools:
         return
@@ -272,7 +273,7 @@ async def import_openapi(
         draft = await asyncio.to_thread(
             _convert_openapi, raw, source, slug, base_url, rt.settings.import_max_bytes, red
         )
-    _refuse_empty(draft, "the spec has no usable operation")
+    refuse_empty(draft, "the spec has no usable operation")
     absolute = draft.base_url if (draft.base_url or "").startswith(("http://", "https://")) else None
     if absolute is not None:
         rt.egress.check_url(absolute, field="base_url")
@@ -306,7 +307,7 @@ async def import_catalog(
         draft = await asyncio.to_thread(
             convert_catalog, raw, slug, source=source, max_bytes=rt.settings.import_max_bytes
         )
-    _refuse_empty(draft, "the catalogue has no tool definition")
+    refuse_empty(draft, "the catalogue has no tool definition")
     report = draft_report(draft, project, dry_run, started)
     if not dry_run:
         report.apply(await store_draft(rt, draft, project, replace))

@@ -191,6 +191,11 @@ async def approve(
         kit = await sync_store.find_toolkit(tx, slug, project=project)
         every = await sync_store.stored_tools(tx, kit["id"])
         if tools is None:
+            if kit["inferred"]:  # a guess at an API, not its word: each tool is reviewed
+                raise InvalidParams(
+                    f"{slug}'s tools were inferred from examples: approve them one by one, by name",
+                    field="tools",
+                )
             chosen = [t for t in every if t.state == "pending" and (flagged or not t.screening)]
             held = [t for t in every if t.state == "pending" and t.screening and not flagged]
         else:

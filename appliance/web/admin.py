@@ -16,7 +16,8 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import InvalidParams
-from appliance.gateway import bridge, imports, lore
+from appliance.gateway import bridge, examples_import, imports, lore
+from appliance.gateway.admin import people
 from appliance.gateway.searching import check_query, search_tools
 from appliance.models import Principal
 from appliance.web.admin_routes import (  # noqa: F401 - error_response, admin_only: shared with siblings
@@ -128,6 +129,41 @@ async def import_lore(request: Request) -> HTTPResponse:
         data=request.body,
         dry_run=_flag(request, "dry_run"),
         skip_unreadable=_flag(request, "skip_unreadable"),
+        importer=request.ctx.principal,
+    )
+    return response.json(report.as_dict(), status=200 if report.dry_run else 201)
+
+
+@bp.post("/toolkits/infer")
+@answers(refuse=ssrf_unprocessable)
+async def infer_toolkit(request: Request) -> HTTPResponse:
+    """Infer tools from examples (admins): ``{"slug", "examples": text | HAR object,
+    "format"?, "project"?, "base_url"?, "dry_run"?, "replace"?}``; every tool is pending."""
+    people.require_admin(request.ctx.principal)
+    doc = body(request)
+    slug = _str(doc, "slug", required=True)
+    assert slug is not None
+    examples = doc.get("examples")
+    if isinstance(examples, dict):
+        data = orjson.dumps(examples)
+    elif isinstance(examples, str) and examples.strip():
+        data = examples.encode()
+    else:
+        raise InvalidParams("'examples' must be the examples' text or a HAR object", field="examples")
+    flags = {k: doc.get(k, False) for k in ("dry_run", "replace")}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise InvalidParams(f"'{key}' must be true or false", field=key)
+    report = await examples_import.import_examples(
+        request.app.ctx.rt,
+        "request body",
+        slug=slug,
+        project=_str(doc, "project") or "default",
+        fmt=_str(doc, "format") or "auto",
+        base_url=_str(doc, "base_url"),
+        dry_run=flags["dry_run"],
+        replace=flags["replace"],
+        data=data,
         importer=request.ctx.principal,
     )
     return response.json(report.as_dict(), status=200 if report.dry_run else 201)

@@ -291,6 +291,26 @@ PATHS: dict[str, dict[str, Any]] = {
             },
         },
     },
+    "/api/v1/toolkits/infer": {
+        "post": _op(
+            "Infer HTTP tools from endpoint examples (curl lines, raw HTTP pairs, a HAR); admins;"
+            " every tool is stored pending until approved",
+            {"type": "object"},
+            status="201",
+            body=_obj(
+                {
+                    "slug": {"type": "string"},
+                    "examples": {"oneOf": [{"type": "string"}, {"type": "object"}]},
+                    "format": {"enum": ["auto", "curl", "http", "har"]},
+                    "project": {"type": "string"},
+                    "base_url": {"type": "string"},
+                    "dry_run": {"type": "boolean"},
+                    "replace": {"type": "boolean"},
+                },
+                ["slug", "examples"],
+            ),
+        ),
+    },
     "/api/v1/toolkits/{slug}": {
         "parameters": [_SLUG_P],
         "delete": _op(

@@ -28,7 +28,15 @@ Refusal = Callable[[ApplianceError], HTTPResponse]
 
 # The members of an error's data an API client reads beside the message: the wait of a
 # throttled call, an import refusal's skipped-operations report, every argument error.
-PUBLIC_EXTRAS = ("retry_after_s", "skipped", "skipped_count", "errors", "error_count")
+PUBLIC_EXTRAS = (
+    "retry_after_s",
+    "skipped",
+    "skipped_count",
+    "errors",
+    "error_count",
+    "conflicts",
+    "conflict_count",
+)
 
 
 def error_response(exc: ApplianceError, status: int | None = None) -> HTTPResponse:

@@ -6,9 +6,9 @@ Schemathesis runs its CLI against a real ``toolspoke serve`` with the admin key,
 phase over two groups of operations, the fuzzing phase over six (both are per operation), and
 the stateful phase (which follows links between operations, so over all of them). ``--max-time``
 is not used: Schemathesis 4 spends the whole budget repeating the fuzzing, which made one
-run take the budget whatever it found. ``POST /api/v1/toolkits/openapi`` and ``/mcp`` are
-left out of the runs only: their URLs make the appliance resolve and connect to arbitrary
-hosts; the import tests cover them.
+run take the budget whatever it found. ``POST /api/v1/toolkits/openapi``, ``/mcp`` and
+``/infer`` are left out of the runs only: their URLs make the appliance resolve and connect to
+arbitrary hosts; the import tests cover them (``tests/web/test_admin_infer.py`` the last).
 """
 
 from __future__ import annotations
@@ -145,6 +145,8 @@ def test_schemathesis_finds_no_server_error_and_no_response_that_breaks_the_docu
             "/api/v1/toolkits/openapi",
             "--exclude-path",
             "/api/v1/toolkits/mcp",
+            "--exclude-path",
+            "/api/v1/toolkits/infer",
             "--seed",
             "4",
         ],

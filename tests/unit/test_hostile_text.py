@@ -19,7 +19,17 @@ from typing import Any
 
 import pytest
 
-from appliance.catalogue import naming, openapi, openapi_operation, screening
+from appliance.catalogue import (
+    examples_credentials,
+    examples_entry,
+    examples_http,
+    examples_paths,
+    examples_schema,
+    naming,
+    openapi,
+    openapi_operation,
+    screening,
+)
 from appliance.children import spec as stdio_spec
 from appliance.egress import guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
@@ -130,6 +140,25 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "formats._ATX": lambda s: formats._ATX.match("# " + s + " #"),
     "formats._FENCE": lambda s: formats._FENCE.match(s),
     "formats._SPACES": lambda s: formats._SPACES.sub(" ", s),
+    "examples_entry._METHOD": lambda s: examples_entry._METHOD.fullmatch(s.upper()),
+    "examples_entry._REQUEST_LINE": lambda s: examples_entry.request_line("GET " + s + " " * 50 + "x"),
+    "examples_http._STATUS_LINE": lambda s: examples_http._STATUS_LINE.fullmatch("HTTP/1.1 200 " + s),
+    # The formats meet at most 256 characters (string_format); here, the whole hostile run.
+    "examples_schema uuid": lambda s: examples_schema._FORMATS[0][1].fullmatch(s),
+    "examples_schema date-time": lambda s: examples_schema._FORMATS[1][1].fullmatch(s),
+    "examples_schema date": lambda s: examples_schema._FORMATS[2][1].fullmatch(s),
+    "examples_schema email": lambda s: examples_schema._FORMATS[3][1].fullmatch(s + "@" + s + "." + s),
+    "examples_schema uri": lambda s: examples_schema._FORMATS[4][1].fullmatch("https://" + s),
+    "examples_schema._INTEGER": lambda s: examples_schema.text_value(s),
+    "examples_schema._NUMBER": lambda s: examples_schema._NUMBER.fullmatch("1" + s),
+    "examples_schema._SECRETIVE": lambda s: examples_schema._SECRETIVE.search(s),
+    "examples_paths._HEX": lambda s: examples_paths._HEX.fullmatch(s),
+    "examples_paths._TOKEN": lambda s: examples_paths._TOKEN.fullmatch(s),
+    "examples_paths._DIGITS": lambda s: examples_paths.id_like(s),
+    "examples_paths._WORD": lambda s: examples_paths._WORD.sub("_", s),
+    "examples_paths._VERSION": lambda s: examples_paths._VERSION.fullmatch(s),
+    "examples_credentials._HEADER_WORDS": examples_credentials.credential_header,
+    "examples_credentials._QUERY_WORDS": examples_credentials.credential_query,
     # Secrets whose forms share prefixes with the hostile runs: the alternation is tried at
     # every position, so a near miss at each one must still cost a bounded amount.
     "secret.Redactor": Redactor(["AAAAAAAAAAAAAAAb", "aAaAaAaAaAaAaAaAx", "0.0.0.0.0.0.0.0.y"]).text,
