@@ -18,16 +18,14 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.test_audit_refusals import BRIDGE_ONLY, CASES, ENV, RATE
-from tests.support.accounts import MeteredUpstream, add_user_keys, admin, credits_path, install, query
-from tests.support.clients import connect, modern_tools_call
-from tests.support.servers import Appliance, running_appliance
+from tests.e2e.test_audit_refusals import BRIDGE_ONLY, CASES, RATE, refusal_world, refusals_without_their_row
+from tests.support.clients import connect
+from tests.support.servers import Appliance
 
 pytestmark = pytest.mark.e2e
 
@@ -44,28 +42,14 @@ FACES: dict[str, tuple[str, str, str]] = {
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Appliance, dict[tuple[str, str], str]]]:
-    upstream = MeteredUpstream()
-    data = tmp_path_factory.mktemp("session-refusals") / "data"
-    try:
-        with running_appliance(data, env=ENV) as app:
-            install(app, "meter", upstream, fee=1)
-            install(app, "capped", upstream, fee=1, daily_limit=1)
-            r = admin(app, "POST", "/toolkits/openapi", {"slug": "hidden", "spec": upstream.spec()})
-            assert r.status_code == 201, r.text  # the admin's own, private: no grant for others
-            pairs = [
-                (face, case)
-                for face, (_, _, naming) in FACES.items()
-                for case in [*CASES, *BRIDGE_ONLY]
-                if case in CASES or naming == "bridge"
-            ]
-            made = add_user_keys(data, "caller", len(pairs) + 1, agents=True)
-            assert admin(app, "POST", credits_path(app, "caller"), {"amount": 1000}).status_code == 201
-            # Spend the capped toolkit's one call of the day.
-            headers, body = modern_tools_call(made[-1], "capped__hit")
-            assert "result" in httpx.post(app.mcp_url, json=body, headers=headers, timeout=30).json()
-            yield app, dict(zip(pairs, made, strict=False))
-    finally:
-        upstream.close()
+    pairs = [
+        (face, case)
+        for face, (_, _, naming) in FACES.items()
+        for case in [*CASES, *BRIDGE_ONLY]
+        if case in CASES or naming == "bridge"
+    ]
+    with refusal_world(tmp_path_factory.mktemp("session-refusals") / "data", pairs) as world:
+        yield world
 
 
 @asynccontextmanager
@@ -103,20 +87,16 @@ def test_each_refusal_on_a_session_face_leaves_one_audit_row_naming_what_the_cal
     world: tuple[Appliance, dict[tuple[str, str], str]], face: str
 ) -> None:
     app, keys = world
-    missing = []
-    for case, (tool, arguments, outcome, toolkit) in {**CASES, **BRIDGE_ONLY}.items():
-        key = keys.get((face, case))
-        if key is None:
-            continue
-        if case == "no_grant" and FACES[face][2] == "slug":
-            continue  # the handshake with a toolkit it cannot see is refused: no call is made
+
+    def run(case: str, key: str, tool: str, arguments: dict[str, Any]) -> None:
         asyncio.run(asyncio.wait_for(attempt(app, face, case, key, tool, arguments), timeout=25))
-        rows = query(
-            app.data_dir,
-            "SELECT outcome, toolkit FROM audit_log WHERE key_prefix = ? ORDER BY id",
-            (key[:12],),
-        )
-        refused = [tuple(r) for r in rows if r[0] not in ("ok", "is_error")]
-        if refused != [(outcome, toolkit)]:
-            missing.append((case, rows))
+
+    missing = refusals_without_their_row(
+        app,
+        keys,
+        face,
+        run,
+        # The handshake with a toolkit it cannot see is refused: no call is made.
+        skip=lambda case: case == "no_grant" and FACES[face][2] == "slug",
+    )
     assert not missing, f"{face}: refusals without their one audit row: {missing}"
