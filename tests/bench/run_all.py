@@ -13,6 +13,10 @@ STEPS = (
         ["retrieval.py"],
     ),
     ("Search latency (agent's search_tools, default limit 8)", ["search_latency.py", "10000", "100000"]),
+    (
+        "Hostile search_tools input: worst case per size, up to the query limit and past it",
+        ["hostile_search.py"],
+    ),
     ("Search with access filtering (10k tools, 200 toolkits, 50 agents)", ["access_search.py"]),
     (
         "Hybrid search latency (local model, query embedded per search)",

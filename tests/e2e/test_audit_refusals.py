@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -49,17 +51,19 @@ BRIDGE_ONLY = {"wrong_runner": ("meter__hit", {}, "invalid", "meter")}
 FACES = ("bridge", "direct", "slug", "stdio", "cli")
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Appliance, dict[tuple[str, str], str]]]:
+@contextmanager
+def refusal_world(
+    data: Path, pairs: list[tuple[str, str]]
+) -> Iterator[tuple[Appliance, dict[tuple[str, str], str]]]:
+    """A serve with the refusals' toolkits (meter; capped, its day spent; hidden, the admin's
+    own) and one agent key of a user with credits for each (face, case) pair."""
     upstream = MeteredUpstream()
-    data = tmp_path_factory.mktemp("refusals") / "data"
     try:
         with running_appliance(data, env=ENV) as app:
             install(app, "meter", upstream, fee=1)
             install(app, "capped", upstream, fee=1, daily_limit=1)
             r = admin(app, "POST", "/toolkits/openapi", {"slug": "hidden", "spec": upstream.spec()})
             assert r.status_code == 201, r.text  # the admin's own, private: no grant for others
-            pairs = [(f, c) for f in FACES for c in [*CASES, *BRIDGE_ONLY] if c in CASES or f == "bridge"]
             made = add_user_keys(data, "caller", len(pairs) + 1, agents=True)
             assert admin(app, "POST", credits_path(app, "caller"), {"amount": 1000}).status_code == 201
             keys = dict(zip(pairs, made, strict=False))
@@ -69,6 +73,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Appliance,
             yield app, keys
     finally:
         upstream.close()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Appliance, dict[tuple[str, str], str]]]:
+    pairs = [(f, c) for f in FACES for c in [*CASES, *BRIDGE_ONLY] if c in CASES or f == "bridge"]
+    with refusal_world(tmp_path_factory.mktemp("refusals") / "data", pairs) as world:
+        yield world
 
 
 def _request(face: str, case: str, tool: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
@@ -117,19 +128,20 @@ def _attempt(app: Appliance, face: str, case: str, key: str, tool: str, argument
         assert r.status_code < 500, r.text
 
 
-@pytest.mark.parametrize("face", FACES)
-def test_each_refusal_leaves_one_audit_row_naming_what_the_caller_may_see(
-    world: tuple[Appliance, dict[tuple[str, str], str]], face: str
-) -> None:
-    app, keys = world
+Attempt = Callable[[str, str, str, dict[str, Any]], None]  # (case, key, tool, arguments)
+
+
+def refusals_without_their_row(
+    app: Appliance, keys: dict[tuple[str, str], str], face: str, attempt: Attempt, skip: Callable[[str], bool]
+) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """Each case of ``face`` attempted with its own key; the cases whose rows are not exactly
+    one refusal row with the expected outcome and toolkit, with the rows found."""
     missing = []
     for case, (tool, arguments, outcome, toolkit) in {**CASES, **BRIDGE_ONLY}.items():
         key = keys.get((face, case))
-        if key is None:
+        if key is None or skip(case):
             continue
-        if face == "cli" and case == "rate_limit":
-            continue  # each CLI run is its own process with a full bucket: nothing to throttle
-        _attempt(app, face, case, key, tool, arguments)
+        attempt(case, key, tool, arguments)
         rows = query(
             app.data_dir,
             "SELECT outcome, toolkit FROM audit_log WHERE key_prefix = ? ORDER BY id",
@@ -138,4 +150,20 @@ def test_each_refusal_leaves_one_audit_row_naming_what_the_caller_may_see(
         refused = [r for r in rows if r[0] != "ok" and r[0] != "is_error"]
         if [tuple(r) for r in refused] != [(outcome, toolkit)]:
             missing.append((case, rows))
+    return missing
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_each_refusal_leaves_one_audit_row_naming_what_the_caller_may_see(
+    world: tuple[Appliance, dict[tuple[str, str], str]], face: str
+) -> None:
+    app, keys = world
+    missing = refusals_without_their_row(
+        app,
+        keys,
+        face,
+        lambda case, key, tool, arguments: _attempt(app, face, case, key, tool, arguments),
+        # Each CLI run is its own process with a full bucket: nothing to throttle.
+        skip=lambda case: face == "cli" and case == "rate_limit",
+    )
     assert not missing, f"{face}: refusals without their one audit row: {missing}"
