@@ -84,6 +84,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "jsonschema": ("catalogue", "gateway/validation", "gateway/validation_errors", "gateway/patterns"),
     "prometheus_client": ("gateway/telemetry", "web/metrics"),
     "yaml": ("catalogue/spec_loader",),
+    "jinja2": ("web/console/rendering",),
 }
 PLAN = Plan(
     imports=IMPORTS,
