@@ -111,7 +111,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     @app.exception(Exception)
     async def on_error(request: Request, exc: Exception) -> HTTPResponse:
         status = getattr(exc, "status_code", None)
-        if request.path == console.bp.url_prefix or request.path.startswith(console.bp.url_prefix + "/"):
+        if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
             return console.unrouted(request, exc)  # a page, with the console's headers
         if status == 413:  # stating the limit, as a JSON-RPC error on the MCP routes
             return refusals.too_large(request, settings.max_request_bytes)

@@ -1,9 +1,10 @@
 """The smallest MCP server over stdio, for supervisor and lifecycle tests (test-only).
 
-No SDK, so a start or a restart costs one interpreter start. One read tool, ``hello``; a call
-answers ``hello`` with the server's pid as structured content, so a test can tell one child
-from its replacement. Run it as ``python tests/support/tiny_stdio.py``; ``connection()`` gives
-the stdio connection a toolkit or a pool uses.
+No SDK, so a start or a restart costs one interpreter start. One read tool, ``hello`` (or the
+tools of the JSON file named as its argument); a call answers ``hello`` with the server's pid
+as structured content, so a test can tell one child from its replacement. Run it as
+``python tests/support/tiny_stdio.py``; ``connection()`` gives the stdio connection a toolkit
+or a pool uses.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ HELLO = {
 }
 
 
-def connection() -> dict[str, Any]:
+def connection(tools: Path | None = None) -> dict[str, Any]:
+    """How to start it; ``tools``: a JSON file of the tools it lists instead of ``hello``."""
     return {
         "transport": "stdio",
         "command": sys.executable,
-        "args": [str(Path(__file__).resolve())],
+        "args": [str(Path(__file__).resolve()), *([str(tools)] if tools is not None else [])],
         "env": {},
     }
+
+
+TOOLS = json.loads(Path(sys.argv[1]).read_text()) if __name__ == "__main__" and len(sys.argv) > 1 else [HELLO]
 
 
 def _answer(msg: dict[str, Any]) -> dict[str, Any]:
@@ -40,7 +45,7 @@ def _answer(msg: dict[str, Any]) -> dict[str, Any]:
             "serverInfo": {"name": "tiny", "version": "1"},
         }
     elif method == "tools/list":
-        result = {"tools": [HELLO]}
+        result = {"tools": TOOLS}
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "hello"}], "structuredContent": {"pid": os.getpid()}}
     else:

@@ -87,9 +87,15 @@ def set_cookie(
         path=PATH,
         httponly=True,
         samesite="Strict",
-        secure=request.scheme == "https",
+        secure=over_tls(request),
         max_age=max_age,
     )
+
+
+def over_tls(request: Request) -> bool:
+    """Whether the request came over TLS: Sanic's own listener (or a proxy it trusts by its
+    forwarding settings) says https, or the transport carries an SSL context (ASGI too)."""
+    return request.scheme == "https" or bool(request.transport.get_extra_info("sslcontext"))
 
 
 def clear_cookie(request: Request, resp: HTTPResponse, name: str) -> None:

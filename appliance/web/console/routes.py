@@ -21,7 +21,8 @@ from appliance.models import Principal
 from appliance.web.console import guard
 from appliance.web.console.rendering import error_context, render, secure, static
 
-bp = Blueprint("console", url_prefix="/console")
+PREFIX = "/console"
+bp = Blueprint("console", url_prefix=PREFIX)
 log = logging.getLogger(__name__)
 
 TYPE_NAMES = {"openapi": "OpenAPI", "remote": "remote MCP", "local": "local MCP", "catalog": "catalogue"}
@@ -203,9 +204,9 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
 async def approve(request: Request, project: str, slug: str) -> HTTPResponse:
     try:
         guard.check_csrf(request)
-        form = request.form or {}
-        name = form.get("tool")
-        tools = None if form.get("all") == "1" and not name else [str(name or "")]
+        name = request.form.get("tool") if request.form else None
+        every = request.form.get("all") if request.form else None
+        tools = None if every == "1" and not name else [str(name or "")]
         approved = await catalogue.approve_tools(request.app.ctx.rt, request.ctx.viewer, slug, project, tools)
     except ApplianceError as exc:
         return failure(request, exc)
