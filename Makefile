@@ -68,8 +68,10 @@ check: lint
 
 # Debian packages some tests need, installed when missing (apt, as root or with sudo):
 # strace (the descriptor and restore tests place a fault on one system call) and, wherever
-# /dev/fuse exists, fuse3 (the power-loss test mounts a FUSE filesystem).
-DEBS = strace $(if $(wildcard /dev/fuse),fuse3)
+# /dev/fuse exists, fuse3 (the power-loss test mounts a FUSE filesystem); chromium (the
+# console's browser test drives it through Playwright: no browser is downloaded, and the test
+# fails when /usr/bin/chromium is missing).
+DEBS = strace chromium $(if $(wildcard /dev/fuse),fuse3)
 debs:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
