@@ -71,35 +71,35 @@ def timed(client: httpx.Client, path: str, params: dict[str, str]) -> tuple[list
 
 
 def pages(kits: int, tools_per_kit: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        with served_in_process(Path(tmp) / "data", env={"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}) as app:
-            started = time.perf_counter()
-            built = app.run(worlds.build(app.rt, world(kits, tools_per_kit)), timeout=600)
-            seeded = time.perf_counter() - started
-            total = kits * tools_per_kit
-            print(f"\n{kits} toolkits x {tools_per_kit} tools ({total:,} tools), seeded in {seeded:.1f} s")
-            admin, user = signed_in(app, app.key), signed_in(app, built.user_keys[3])
-            one = f"/console/toolkits/project{3 % 4}/kit0003"
-            cases = [
-                ("cards, page 1 (admin)", admin, "/console/toolkits", {}),
-                ("cards, page 5 (admin)", admin, "/console/toolkits", {"page": "5"}),
-                ("cards, last page (admin)", admin, "/console/toolkits", {"page": str(-(-(kits + 1) // 24))}),
-                ("cards, search 'kit01' (admin)", admin, "/console/toolkits", {"q": "kit01"}),
-                (
-                    "cards, filtered project+status",
-                    admin,
-                    "/console/toolkits",
-                    {"project": "project1", "health": "active"},
-                ),
-                ("cards fragment (htmx)", admin, "/console/toolkits", {"q": "kit0", "hx": "1"}),
-                ("cards, page 1 (user)", user, "/console/toolkits", {}),
-                (f"toolkit page ({tools_per_kit} tools)", user, one, {}),
-            ]
-            print("| page | p50 ms | p95 ms | max ms | bytes |\n|---|---|---|---|---|")
-            for name, client, path, params in cases:
-                times, size = timed(client, path, params)
-                p = metrics.latency_summary(times)
-                print(f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {max(times):.1f} | {size:,} |")
+    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    with tempfile.TemporaryDirectory() as tmp, served_in_process(Path(tmp) / "data", env=env) as app:
+        started = time.perf_counter()
+        built = app.run(worlds.build(app.rt, world(kits, tools_per_kit)), timeout=600)
+        seeded = time.perf_counter() - started
+        total = kits * tools_per_kit
+        print(f"\n{kits} toolkits x {tools_per_kit} tools ({total:,} tools), seeded in {seeded:.1f} s")
+        admin, user = signed_in(app, app.key), signed_in(app, built.user_keys[3])
+        one = f"/console/toolkits/project{3 % 4}/kit0003"
+        cases = [
+            ("cards, page 1 (admin)", admin, "/console/toolkits", {}),
+            ("cards, page 5 (admin)", admin, "/console/toolkits", {"page": "5"}),
+            ("cards, last page (admin)", admin, "/console/toolkits", {"page": str(-(-(kits + 1) // 24))}),
+            ("cards, search 'kit01' (admin)", admin, "/console/toolkits", {"q": "kit01"}),
+            (
+                "cards, filtered project+status",
+                admin,
+                "/console/toolkits",
+                {"project": "project1", "health": "active"},
+            ),
+            ("cards fragment (htmx)", admin, "/console/toolkits", {"q": "kit0", "hx": "1"}),
+            ("cards, page 1 (user)", user, "/console/toolkits", {}),
+            (f"toolkit page ({tools_per_kit} tools)", user, one, {}),
+        ]
+        print("| page | p50 ms | p95 ms | max ms | bytes |\n|---|---|---|---|---|")
+        for name, client, path, params in cases:
+            times, size = timed(client, path, params)
+            p = metrics.latency_summary(times)
+            print(f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {max(times):.1f} | {size:,} |")
 
 
 def assets() -> None:
