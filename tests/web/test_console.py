@@ -180,7 +180,8 @@ def test_signing_out_ends_the_session_for_its_cookie_too(app: InProcess) -> None
 def _pending(app: InProcess, client: httpx.Client, path: str) -> list[str]:
     page = client.get(path)
     assert page.status_code == 200
-    return re.findall(r'name="tool" value="([^"]+)"', page.text)
+    approvals = r'action="[^"]*/approve">\s*<input[^>]*name="csrf"[^>]*>\s*<input type="hidden" name="tool" value="([^"]+)"'
+    return re.findall(approvals, page.text)
 
 
 def test_a_post_without_or_with_a_wrong_csrf_token_changes_nothing(app: InProcess) -> None:
@@ -199,7 +200,7 @@ def test_a_post_without_or_with_a_wrong_csrf_token_changes_nothing(app: InProces
         assert_console_headers(refused)
     assert _pending(app, client, path) == before
     done = client.post(path + "/approve", data={"tool": "alpha__t1", "csrf": csrf})
-    assert done.status_code == 303 and done.headers["location"] == path + "?approved=1"
+    assert done.status_code == 303 and done.headers["location"] == path + "?done=approved&n=1"
     assert _pending(app, client, path) == ["alpha__t2"]
     assert "Approved 1 tool." in client.get(done.headers["location"]).text
 
@@ -212,6 +213,50 @@ def test_a_post_from_another_origin_changes_nothing_even_with_the_token(app: InP
         refused = client.post(path + "/approve", data={"all": "1", "csrf": csrf}, headers=headers)
         assert refused.status_code == 403
     assert _pending(app, client, path) == before
+
+
+def test_the_allow_list_visibility_and_kind_forms_change_what_they_name(app: InProcess) -> None:
+    client, csrf = signed_in(app, keys(app).user_keys[0])
+    path = "/console/toolkits/default/alpha"
+    on = client.post(path + "/allow", data={"tool": "alpha__t0", "allowed": "1", "csrf": csrf})
+    assert on.headers["location"] == path + "?done=allowed&n=1"
+    page = client.get(on.headers["location"]).text
+    assert "Allow-list saved: 1 tool selected." in page and "1 on the allow-list" in page
+    assert 'aria-pressed="true"' in page
+    off = client.post(path + "/allow", data={"tool": "alpha__t0", "allowed": "0", "csrf": csrf})
+    assert "every active tool is callable" in client.get(off.headers["location"]).text
+    other = client.post(path + "/allow", data={"tool": "bravo__t0", "allowed": "1", "csrf": csrf})
+    assert other.status_code == 404  # a tool of another toolkit is not this one's to select
+    published = client.post(path + "/access", data={"visibility": "published", "default": "on", "csrf": csrf})
+    assert published.status_code == 303  # a user's form has no default box: the field is ignored
+    page = client.get(path).text
+    assert '<option value="published" selected>' in page and 'id="default"' not in page
+    admin, admin_csrf = signed_in(app, app.key)
+    assert "Platform default</dt><dd>no" in admin.get(path).text
+    back = client.post(path + "/access", data={"visibility": "private", "csrf": csrf})
+    assert back.status_code == 303
+    refused = client.post(path + "/kind", data={"tool": "alpha__t0", "kind": "destructive", "csrf": csrf})
+    assert refused.status_code == 403  # reclassifying is an admin's
+    done = admin.post(path + "/kind", data={"tool": "alpha__t0", "kind": "destructive", "csrf": admin_csrf})
+    assert done.status_code == 303
+    page = admin.get(path).text
+    assert "run_destructive_tool" in page and "(set by hand)" in page
+    admin.post(path + "/kind", data={"tool": "alpha__t0", "kind": "auto", "csrf": admin_csrf})
+    assert "(set by hand)" not in admin.get(path).text
+    not_mcp = client.post(path + "/sync", data={"csrf": csrf})
+    assert not_mcp.status_code == 422 and "not an MCP server" in not_mcp.text
+
+
+def test_a_remote_or_local_mcp_toolkit_re_syncs_from_its_page(app: InProcess) -> None:
+    client, csrf = signed_in(app, keys(app).user_keys[0])
+    path = "/console/toolkits/default/hostile-mcp"
+    assert "Re-sync from the server" in client.get(path).text
+    done = client.post(path + "/sync", data={"csrf": csrf})
+    assert done.status_code == 303 and "done=synced" in done.headers["location"]
+    assert (
+        "Re-synced: 0 added, 0 changed (pending approval), 0 removed."
+        in client.get(done.headers["location"]).text
+    )
 
 
 # -- who sees what ------------------------------------------------------------------------------

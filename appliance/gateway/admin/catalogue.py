@@ -1,5 +1,5 @@
 """The catalogue as its managers work on it: a page of toolkit cards, one toolkit in full,
-approving its pending tools.
+approving its pending tools, its allow-list a tool at a time, a re-sync, a tool's kind.
 
 Who sees what is the one rule of management (``access/principals.manages``): an admin every
 toolkit, a user the toolkits they own; a toolkit outside it answers like one that does not
@@ -16,7 +16,7 @@ from appliance.catalogue import toolkit_pages
 from appliance.db import SyncReader
 from appliance.errors import InvalidParams, NotFound
 from appliance.gateway import sync
-from appliance.gateway.admin.grants import managed_toolkit
+from appliance.gateway.admin.grants import managed_toolkit, set_toolkit_access, toolkit_access
 from appliance.gateway.admin.projects import check_project
 from appliance.models import RUNNER_FOR_KIND, Principal
 
@@ -107,8 +107,10 @@ async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str)
     card, tools = await rt.db.reading(gather)
     if card is None or card["id"] != kit_id:  # removed (or replaced) between the two reads
         raise NotFound(f"no toolkit named {slug!r} in project {project!r}", field="toolkit")
+    allowed = set((await toolkit_access(rt, actor, slug, project))["allowed_tools"])
     for tool in tools:
         tool["runner"] = RUNNER_FOR_KIND[tool["kind"]]
+        tool["allowed"] = tool["name"] in allowed
     state = rt.health.get(kit_id)
     recent = None
     if state is not None:
@@ -118,7 +120,7 @@ async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str)
             "oks": state.oks,
             "probing": rt.health.enforcing,
         }
-    return {"toolkit": card, "tools": tools, "recent_health": recent}
+    return {"toolkit": card, "tools": tools, "recent_health": recent, "allowed_tools": sorted(allowed)}
 
 
 async def approve_tools(
@@ -127,3 +129,40 @@ async def approve_tools(
     """Approve pending tools of a toolkit ``actor`` manages (``tools`` None: every one)."""
     await managed_toolkit(rt, actor, slug, check_project(project))
     return await sync.approve(rt, slug, project=project, tools=tools)
+
+
+async def allow_tool(
+    rt: Runtime, actor: Principal, slug: str, project: str, tool: str, allowed: bool
+) -> list[str]:
+    """Put one of the toolkit's tools on its allow-list or take it off; the list afterwards
+    (empty: every active tool callable)."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    names = {t["name"] for t in await rt.db.reading(lambda r: toolkit_pages.tools_in(r, kit_id))}
+    if tool not in names:
+        raise NotFound(f"toolkit {slug!r} has no tool named {tool!r}", field="tool")
+    current = set((await toolkit_access(rt, actor, slug, project))["allowed_tools"])
+    wanted = current | {tool} if allowed else current - {tool}
+    if wanted == current:
+        return sorted(current)
+    done = await set_toolkit_access(rt, actor, slug, project, allowed_tools=sorted(wanted))
+    return list(done["allowed_tools"])
+
+
+async def resync(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
+    """List a managed MCP toolkit's upstream now and apply the plan; the report."""
+    await managed_toolkit(rt, actor, slug, check_project(project))
+    report = await sync.resync_toolkit(rt, slug, project=project)
+    return report.as_dict()
+
+
+async def reclassify(
+    rt: Runtime, actor: Principal, slug: str, project: str, tool: str, kind: str
+) -> dict[str, Any]:
+    """Set (``auto``: clear) the kind of one of the toolkit's tools: admins only, since the
+    kind decides the runner and so the approval prompt an agent's client shows."""
+    principals.require_admin(actor)
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    names = {t["name"] for t in await rt.db.reading(lambda r: toolkit_pages.tools_in(r, kit_id))}
+    if tool not in names:
+        raise NotFound(f"toolkit {slug!r} has no tool named {tool!r}", field="tool")
+    return await sync.reclassify(rt, tool, kind, project=project)

@@ -16,7 +16,7 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, Forbidden, Unauthorized
-from appliance.gateway.admin import catalogue, sessions
+from appliance.gateway.admin import catalogue, grants, sessions
 from appliance.models import Principal
 from appliance.web.console import guard
 from appliance.web.console.rendering import error_context, render, secure, static
@@ -176,9 +176,35 @@ async def toolkits(request: Request) -> HTTPResponse:
     return resp
 
 
-def _approved(request: Request) -> int | None:
-    raw = request.args.get("approved")
-    return int(raw) if raw and raw.isascii() and raw.isdigit() and len(raw) <= 6 else None
+def _count(request: Request, name: str) -> int:
+    raw = request.args.get(name, "")
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _notice(request: Request) -> str:
+    """What the POST before this page did, from fixed words and counts only (never echoed text)."""
+    done = request.args.get("done")
+    if done == "approved":
+        return f"Approved {_plural(_count(request, 'n'), 'tool')}."
+    if done == "access":
+        return "Access saved."
+    if done == "allowed":
+        n = _count(request, "n")
+        return (
+            f"Allow-list saved: {_plural(n, 'tool')} selected."
+            if n
+            else ("Allow-list cleared: every active tool is callable.")
+        )
+    if done == "synced":
+        added, changed, removed = (_count(request, k) for k in ("added", "changed", "removed"))
+        return f"Re-synced: {added} added, {changed} changed (pending approval), {removed} removed."
+    if done == "kind":
+        return "Kind saved."
+    return ""
 
 
 @bp.get("/toolkits/<project>/<slug>")
@@ -187,30 +213,80 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         found = await catalogue.toolkit_detail(request.app.ctx.rt, request.ctx.viewer, slug, project)
     except ApplianceError as exc:
         return failure(request, exc)
-    kit = found["toolkit"]
     context = _context(
         request,
-        kit=kit,
+        kit=found["toolkit"],
         tools=found["tools"],
+        allowed_tools=found["allowed_tools"],
         recent=found["recent_health"],
         type_names=TYPE_NAMES,
-        approved=_approved(request),
+        kinds=("read", "write", "destructive", "auto"),
+        notice=_notice(request),
         base=request.path,
     )
     return render("toolkit.html", context)
 
 
-@bp.post("/toolkits/<project>/<slug>/approve")
-async def approve(request: Request, project: str, slug: str) -> HTTPResponse:
+def _field(request: Request, name: str) -> str:
+    return str(request.form.get(name, "") if request.form else "")
+
+
+def _back(request: Request, action: str, **counts: int) -> HTTPResponse:
+    query = "&".join(f"{k}={v}" for k, v in counts.items())
+    return _see_other(
+        f"{request.path.removesuffix('/' + action)}?done={action_words[action]}"
+        + (f"&{query}" if query else "")
+    )
+
+
+action_words = {
+    "approve": "approved",
+    "access": "access",
+    "allow": "allowed",
+    "sync": "synced",
+    "kind": "kind",
+}
+
+
+@bp.post("/toolkits/<project>/<slug>/<action:approve|access|allow|sync|kind>")
+async def change_toolkit(request: Request, project: str, slug: str, action: str) -> HTTPResponse:
+    """Every change to one toolkit: the CSRF token first, then the one operation it names."""
+    rt, viewer = request.app.ctx.rt, request.ctx.viewer
     try:
         guard.check_csrf(request)
-        name = request.form.get("tool") if request.form else None
-        every = request.form.get("all") if request.form else None
-        tools = None if every == "1" and not name else [str(name or "")]
-        approved = await catalogue.approve_tools(request.app.ctx.rt, request.ctx.viewer, slug, project, tools)
+        if action == "approve":
+            name = _field(request, "tool")
+            tools = None if _field(request, "all") == "1" and not name else [name]
+            approved = await catalogue.approve_tools(rt, viewer, slug, project, tools)
+            return _back(request, action, n=len(approved))
+        if action == "access":
+            default = None
+            if viewer.is_admin:  # only an admin's form has the box; its absence means "no"
+                default = _field(request, "default") == "on"
+            await grants.set_toolkit_access(
+                rt, viewer, slug, project, visibility=_field(request, "visibility") or None, default=default
+            )
+            return _back(request, action)
+        if action == "allow":
+            allowed = await catalogue.allow_tool(
+                rt, viewer, slug, project, _field(request, "tool"), _field(request, "allowed") == "1"
+            )
+            return _back(request, action, n=len(allowed))
+        if action == "sync":
+            report = await catalogue.resync(rt, viewer, slug, project)
+            return _back(
+                request,
+                action,
+                added=len(report["added"]),
+                changed=len(report["changed"]) + len(report["returned"]),
+                removed=len(report["removed"]),
+            )
+        await catalogue.reclassify(
+            rt, viewer, slug, project, _field(request, "tool"), _field(request, "kind")
+        )
+        return _back(request, action)
     except ApplianceError as exc:
         return failure(request, exc)
-    return _see_other(f"{request.path.removesuffix('/approve')}?approved={len(approved)}")
 
 
 @bp.get("/static/<name>")
