@@ -180,7 +180,10 @@ def test_signing_out_ends_the_session_for_its_cookie_too(app: InProcess) -> None
 def _pending(app: InProcess, client: httpx.Client, path: str) -> list[str]:
     page = client.get(path)
     assert page.status_code == 200
-    approvals = r'action="[^"]*/approve">\s*<input[^>]*name="csrf"[^>]*>\s*<input type="hidden" name="tool" value="([^"]+)"'
+    approvals = (
+        r'action="[^"]*/approve">\s*<input[^>]*name="csrf"[^>]*>\s*'
+        r'<input type="hidden" name="tool" value="([^"]+)"'
+    )
     return re.findall(approvals, page.text)
 
 
