@@ -194,11 +194,9 @@ def _notice(request: Request) -> str:
         return "Access saved."
     if done == "allowed":
         n = _count(request, "n")
-        return (
-            f"Allow-list saved: {_plural(n, 'tool')} selected."
-            if n
-            else ("Allow-list cleared: every active tool is callable.")
-        )
+        if n:
+            return f"Allow-list saved: {_plural(n, 'tool')} selected."
+        return "Allow-list cleared: every active tool is callable."
     if done == "synced":
         added, changed, removed = (_count(request, k) for k in ("added", "changed", "removed"))
         return f"Re-synced: {added} added, {changed} changed (pending approval), {removed} removed."
@@ -231,21 +229,14 @@ def _field(request: Request, name: str) -> str:
     return str(request.form.get(name, "") if request.form else "")
 
 
+# what the toolkit's page says after each change (``_notice``)
+_DONE = {"approve": "approved", "access": "access", "allow": "allowed", "sync": "synced", "kind": "kind"}
+
+
 def _back(request: Request, action: str, **counts: int) -> HTTPResponse:
-    query = "&".join(f"{k}={v}" for k, v in counts.items())
-    return _see_other(
-        f"{request.path.removesuffix('/' + action)}?done={action_words[action]}"
-        + (f"&{query}" if query else "")
-    )
-
-
-action_words = {
-    "approve": "approved",
-    "access": "access",
-    "allow": "allowed",
-    "sync": "synced",
-    "kind": "kind",
-}
+    """To the toolkit's page, saying what was done (a word and counts, nothing the client sent)."""
+    query = "".join(f"&{k}={v}" for k, v in counts.items())
+    return _see_other(f"{request.path.removesuffix('/' + action)}?done={_DONE[action]}{query}")
 
 
 @bp.post("/toolkits/<project>/<slug>/<action:approve|access|allow|sync|kind>")
