@@ -91,7 +91,13 @@ def page_in(r: SyncReader, f: Filters, *, offset: int, limit: int) -> tuple[int,
     """The total that match ``f`` and the cards of one page, by project and slug."""
     where, params = _where(f)
     total = int(r.one(f"SELECT count(*) AS n{_FROM}{where}", params)["n"])
-    rows = r.all(f"{_CARD}{_FROM}{where} ORDER BY p.slug, k.slug LIMIT ? OFFSET ?", [*params, limit, offset])
+    # The page's ids first, then its cards: sorting the cards themselves would count the tools
+    # of every matching toolkit, not only of the page's.
+    rows = r.all(
+        f"{_CARD}{_FROM} WHERE k.id IN (SELECT k.id{_FROM}{where}"
+        " ORDER BY p.slug, k.slug LIMIT ? OFFSET ?) ORDER BY p.slug, k.slug",
+        [*params, limit, offset],
+    )
     return total, [_card(row) for row in rows]
 
 
