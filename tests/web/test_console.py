@@ -17,6 +17,7 @@ import pytest
 
 from appliance.gateway import imports
 from tests.support import hostile_pages, worlds
+from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
 from tests.support.worlds import KitSpec, World
 
@@ -260,6 +261,38 @@ def test_a_remote_or_local_mcp_toolkit_re_syncs_from_its_page(app: InProcess) ->
         "Re-synced: 0 added, 0 changed (pending approval), 0 removed."
         in client.get(done.headers["location"]).text
     )
+
+
+def test_an_admin_sets_quota_and_fee_and_a_call_through_mcp_shows_in_the_history(app: InProcess) -> None:
+    admin, csrf = signed_in(app, app.key)
+    path = "/console/toolkits/default/demo"
+    saved = admin.post(
+        path + "/quota", data={"fee": "0.5", "daily_limit": "100", "monthly_limit": "0", "csrf": csrf}
+    )
+    assert saved.status_code == 303 and saved.headers["location"] == path + "?done=quota"
+    page = admin.get(saved.headers["location"]).text
+    assert "Quota and fee saved." in page and "0.5 credits" in page and 'value="100"' in page
+    wrong = admin.post(
+        path + "/quota", data={"fee": "lots", "daily_limit": "1", "monthly_limit": "0", "csrf": csrf}
+    )
+    assert wrong.status_code == 422 and "&#39;fee&#39;" in wrong.text
+    assert "0.5 credits" in admin.get(path).text  # nothing of the refused form was stored
+    headers, body = modern_tools_call(app.key, "demo__createNote", {"body": {"title": "from MCP"}})
+    answer = app.client(timeout=20).post("/mcp", json=body, headers=headers)
+    assert answer.status_code == 200 and answer.json()["result"]["isError"] is False, answer.text
+    history = admin.get(path).text
+    assert "<code>demo__createNote</code>" in history and "<td>ok</td>" in history
+    assert (
+        "demo__createNote" not in admin.get(path, params={"outcome": "blocked"}).text.split("Call history")[1]
+    )
+    assert admin.get(path, params={"outcome": "<b>"}).status_code == 422
+    ann, ann_csrf = signed_in(app, keys(app).user_keys[0])
+    own = "/console/toolkits/default/alpha"
+    assert 'id="fee"' not in ann.get(own).text  # a user reads the quota; only an admin sets it
+    refused = ann.post(
+        own + "/quota", data={"fee": "0", "daily_limit": "0", "monthly_limit": "0", "csrf": ann_csrf}
+    )
+    assert refused.status_code == 403
 
 
 # -- who sees what ------------------------------------------------------------------------------

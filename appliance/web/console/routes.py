@@ -16,7 +16,8 @@ from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, Forbidden, Unauthorized
-from appliance.gateway.admin import catalogue, grants, sessions
+from appliance.gateway import ledgering
+from appliance.gateway.admin import catalogue, grants, ledger, sessions
 from appliance.models import Principal
 from appliance.web.console import guard
 from appliance.web.console.rendering import error_context, render, secure, static
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 TYPE_NAMES = {"openapi": "OpenAPI", "remote": "remote MCP", "local": "local MCP", "catalog": "catalogue"}
 HEALTHS = ("active", "degraded", "broken", "starting")
 SIGNIN_MAX_AGE_S = 3600
+HISTORY_PAGE = 20
 _UNROUTED = {
     404: "there is no such page",
     405: "that method is not allowed here",
@@ -202,13 +204,26 @@ def _notice(request: Request) -> str:
         return f"Re-synced: {added} added, {changed} changed (pending approval), {removed} removed."
     if done == "kind":
         return "Kind saved."
+    if done == "quota":
+        return "Quota and fee saved."
     return ""
 
 
 @bp.get("/toolkits/<project>/<slug>")
 async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
+    rt, viewer, args = request.app.ctx.rt, request.ctx.viewer, request.args
     try:
-        found = await catalogue.toolkit_detail(request.app.ctx.rt, request.ctx.viewer, slug, project)
+        found = await catalogue.toolkit_detail(rt, viewer, slug, project)
+        quota = await ledger.quota(rt, viewer, slug, project)
+        calls = await ledgering.calls(
+            rt,
+            viewer,
+            toolkit_slug=slug,
+            project=project,
+            outcome=args.get("outcome") or None,
+            limit=HISTORY_PAGE,
+            cursor=args.get("cursor") or None,
+        )
     except ApplianceError as exc:
         return failure(request, exc)
     context = _context(
@@ -219,6 +234,11 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         recent=found["recent_health"],
         type_names=TYPE_NAMES,
         kinds=("read", "write", "destructive", "auto"),
+        quota=quota,
+        calls=calls["calls"],
+        next_cursor=calls["next_cursor"],
+        outcome=args.get("outcome") or "",
+        outcomes=ledgering.OUTCOMES,
         notice=_notice(request),
         base=request.path,
     )
@@ -230,7 +250,14 @@ def _field(request: Request, name: str) -> str:
 
 
 # what the toolkit's page says after each change (``_notice``)
-_DONE = {"approve": "approved", "access": "access", "allow": "allowed", "sync": "synced", "kind": "kind"}
+_DONE = {
+    "approve": "approved",
+    "access": "access",
+    "allow": "allowed",
+    "sync": "synced",
+    "kind": "kind",
+    "quota": "quota",
+}
 
 
 def _back(request: Request, action: str, **counts: int) -> HTTPResponse:
@@ -239,7 +266,18 @@ def _back(request: Request, action: str, **counts: int) -> HTTPResponse:
     return _see_other(f"{request.path.removesuffix('/' + action)}?done={_DONE[action]}{query}")
 
 
-@bp.post("/toolkits/<project>/<slug>/<action:approve|access|allow|sync|kind>")
+def _number(request: Request, name: str) -> int | float | str:
+    """A form's number as the operation takes it (JSON's kinds); anything else is handed on as
+    text, for the operation to refuse naming the field."""
+    raw = _field(request, name).strip()
+    if raw.isascii() and raw.isdigit() and len(raw) <= 18:
+        return int(raw)
+    if raw.isascii() and len(raw) <= 32 and raw.replace(".", "", 1).isdigit():
+        return float(raw)
+    return raw
+
+
+@bp.post("/toolkits/<project>/<slug>/<action:approve|access|allow|sync|kind|quota>")
 async def change_toolkit(request: Request, project: str, slug: str, action: str) -> HTTPResponse:
     """Every change to one toolkit: the CSRF token first, then the one operation it names."""
     rt, viewer = request.app.ctx.rt, request.ctx.viewer
@@ -272,6 +310,10 @@ async def change_toolkit(request: Request, project: str, slug: str, action: str)
                 changed=len(report["changed"]) + len(report["returned"]),
                 removed=len(report["removed"]),
             )
+        if action == "quota":
+            changes = {name: _number(request, name) for name in ("fee", "daily_limit", "monthly_limit")}
+            await ledger.set_quota(rt, viewer, slug, changes, project)
+            return _back(request, action)
         await catalogue.reclassify(
             rt, viewer, slug, project, _field(request, "tool"), _field(request, "kind")
         )
