@@ -102,9 +102,9 @@ def page_in(r: SyncReader, f: Filters, *, offset: int, limit: int) -> tuple[int,
 
 
 def card_in(r: SyncReader, slug: str, project: str) -> dict[str, Any] | None:
-    """One toolkit's card (whoever may see it is the caller's question), or None."""
-    row = r.one(f"{_CARD}{_FROM} WHERE k.slug = ? AND p.slug = ?", (slug, project))
-    return None if row is None else _card(row)
+    """One toolkit's card and its usage guide (whoever may see it is the caller's question)."""
+    row = r.one(f"{_CARD}, k.guide{_FROM} WHERE k.slug = ? AND p.slug = ?", (slug, project))
+    return None if row is None else {**_card(row), "guide": row["guide"]}
 
 
 def projects_in(r: SyncReader, owner_id: int | None) -> list[str]:

@@ -32,6 +32,7 @@ def openapi_spec(server: str = "http://127.0.0.1:9/") -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {"title": "Hostile " + TEXT, "version": "1", "description": TEXT},
+        "tags": [{"name": PAYLOADS[3], "description": PAYLOADS[1]}],
         "servers": [{"url": server}],
         "externalDocs": {"url": "javascript:window.__pwned='docs'"},
         "paths": {

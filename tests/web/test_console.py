@@ -363,6 +363,7 @@ def test_hostile_titles_descriptions_and_names_are_shown_as_text(app: InProcess)
     assert "&lt;img src=x onerror=" in mcp
     assert hostile_pages.TEMPLATE in detail and hostile_pages.TEMPLATE in mcp  # never evaluated
     assert ">jinja<" not in detail
+    assert 'id="guide"' in detail and "Groups:" in detail  # the guide, from the spec, as text
     assert "Approve all" in mcp  # its tools wait for approval
 
 
