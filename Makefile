@@ -68,9 +68,11 @@ check: lint
 
 # Debian packages some tests need, installed when missing (apt, as root or with sudo):
 # strace (the descriptor and restore tests place a fault on one system call), bubblewrap
-# (every stdio server runs in its sandbox: tests/e2e/test_sandbox.py) and, wherever
-# /dev/fuse exists, fuse3 (the power-loss test mounts a FUSE filesystem).
-DEBS = strace bubblewrap $(if $(wildcard /dev/fuse),fuse3)
+# (every stdio server runs in its sandbox: tests/e2e/test_sandbox.py), chromium (the console's
+# browser test drives it through Playwright: no browser is downloaded, and the test fails when
+# /usr/bin/chromium is missing) and, wherever /dev/fuse exists, fuse3 (the power-loss test
+# mounts a FUSE filesystem).
+DEBS = strace bubblewrap chromium $(if $(wildcard /dev/fuse),fuse3)
 debs:
 	@missing=""; for p in $(DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

@@ -419,6 +419,19 @@ class Settings:
         "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is refused with "
         "429 `too_many_streams`.",
     )
+    # -- the admin console (web/console/) ------------------------------------------------------
+    console_idle_minutes: float = _setting(
+        "TOOLSPOKE_CONSOLE_IDLE_MINUTES",
+        30.0,
+        _positive(float),
+        "Minutes a console session may go unused before it ends; each page it loads renews it.",
+    )
+    console_session_hours: float = _setting(
+        "TOOLSPOKE_CONSOLE_SESSION_HOURS",
+        12.0,
+        _positive(float),
+        "Hours a console session lasts at most, however much it is used; then its user signs in again.",
+    )
     # -- local stdio MCP toolkits (children/processes.py) --------------------------------------
     stdio_allowed_commands: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_ALLOWED_COMMANDS",

@@ -1,4 +1,5 @@
-"""Smoke test of the one-file binary: start it, initialize over MCP, search, call a tool, stop.
+"""Smoke test of the one-file binary: start it, initialize over MCP, search, call a tool, load
+the console's sign-in page and its script, stop.
 
 Run as ``python build/smoke.py dist/toolspoke``. Uses the built-in demo toolkit, so it
 needs no network and no upstream of its own. Prints the binary's size and its time from
@@ -146,6 +147,14 @@ def main() -> int:
         )
         ranking = hybrid["result"]["structuredContent"]["ranking"]
         assert ranking == "hybrid", hybrid
+        # The console's templates and static files are inside the binary: a page and htmx.
+        assert url.startswith("http://127.0.0.1:")  # the loopback server this script started
+        console = url.removesuffix("/mcp") + "/console/"
+        with urllib.request.urlopen(console + "sign-in", timeout=30) as resp:
+            page = resp.read().decode()
+            assert "Sign in to the console" in page and resp.headers["X-Frame-Options"] == "DENY", page[:300]
+        with urllib.request.urlopen(console + "static/htmx.min.js", timeout=30) as resp:
+            assert b"htmx" in resp.read()
         loop = "uvloop" if any("uvloop" in maps for maps in _process_maps(proc.pid)) else "asyncio"
         assert loop == "uvloop", "the binary serves on the stock loop: uvloop is missing from the bundle"
     finally:

@@ -87,6 +87,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "prometheus_client": ("gateway/telemetry", "web/metrics"),
     "yaml": ("catalogue/spec_loader",),
     "pypdf": ("lore/pdf",),
+    "jinja2": ("web/console/rendering",),
 }
 PLAN = Plan(
     imports=IMPORTS,

@@ -212,26 +212,21 @@ def _sqlite_now() -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
-def lookup_in(r: Reader, key: str) -> tuple[Principal, bool, str | None]:
-    """A known, unrevoked key's principal, whether it has expired by now, and when it expires
-    (a function over a reader: one hop, ``Store.reading``)."""
-    if not key.startswith(KEY_PREFIX) or len(key) > 256:
-        raise _denied()
-    row = r.one(
-        "SELECT k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
-        f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
-        " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
-        " a.preload AS agent_preload"
-        " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
-        " WHERE k.prefix = ?",
-        (key[:PREFIX_LEN],),
-    )
-    if row is None or not hmac.compare_digest(row["secret_hash"], _hash(key)):
-        raise _denied()
-    if row["revoked_at"] is not None:
-        raise _denied()
+# What a principal is made of, for every lookup that ends in one (a key here, a console
+# session in access/sessions.py): the key's row, its user's and its agent's.
+PRINCIPAL_COLUMNS = (
+    "k.id AS key_id, k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
+    f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
+    " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
+    " a.preload AS agent_preload"
+)
+PRINCIPAL_FROM = " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
+
+
+def principal_of(row: Any) -> Principal:
+    """The principal of a row selected with ``PRINCIPAL_COLUMNS``."""
     preload = loads(row["key_preload"]) if row["key_preload"] is not None else loads(row["agent_preload"])
-    principal = Principal(
+    return Principal(
         user_id=int(row["user_id"]),
         name=row["name"],
         is_admin=bool(row["is_admin"]),
@@ -240,4 +235,16 @@ def lookup_in(r: Reader, key: str) -> tuple[Principal, bool, str | None]:
         agent_name=row["agent_name"],
         preload=tuple(preload or ()),
     )
-    return principal, bool(row["expired"]), row["expires_at"]
+
+
+def lookup_in(r: Reader, key: str) -> tuple[Principal, bool, str | None]:
+    """A known, unrevoked key's principal, whether it has expired by now, and when it expires
+    (a function over a reader: one hop, ``Store.reading``)."""
+    if not key.startswith(KEY_PREFIX) or len(key) > 256:
+        raise _denied()
+    row = r.one(f"SELECT {PRINCIPAL_COLUMNS}{PRINCIPAL_FROM} WHERE k.prefix = ?", (key[:PREFIX_LEN],))
+    if row is None or not hmac.compare_digest(row["secret_hash"], _hash(key)):
+        raise _denied()
+    if row["revoked_at"] is not None:
+        raise _denied()
+    return principal_of(row), bool(row["expired"]), row["expires_at"]

@@ -61,6 +61,13 @@ def manages(actor: Principal, owner_id: int | None) -> bool:
     return owner_id is not None and owner_id == actor.user_id
 
 
+def managed_owner(actor: Principal) -> int | None:
+    """``manages`` as a filter on owners: None for an admin (every owner's, the platform's
+    too), else the actor's own user id; an agent or an anonymous caller manages nothing."""
+    require_person(actor)
+    return None if actor.is_admin or actor.operator else actor.user_id
+
+
 # -- users ---------------------------------------------------------------------------------
 
 

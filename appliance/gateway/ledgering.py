@@ -24,6 +24,7 @@ from appliance.ledger.book import Tally
 from appliance.models import Principal, Toolkit
 
 QUOTA_FIELDS = ("fee", "daily_limit", "monthly_limit", "unit")
+OUTCOMES = history.OUTCOMES  # what a call's history may be filtered by, for the faces' forms
 MAX_ID = 2**63 - 1
 
 

@@ -38,6 +38,7 @@ from appliance.web import (
     sse,
 )
 from appliance.web.connections import Admission
+from appliance.web.console import routes as console
 from appliance.web.log_queue import LogQueue
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,13 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_search.bp)  # semantic search: status, kill switch, backfill
     app.blueprint(admin_sync.bp)  # re-sync, approval, reclassification
     app.blueprint(sse.bp)  # legacy HTTP+SSE transport: GET /sse, POST /messages
+    app.blueprint(console.bp)  # the admin console: /console/
     if settings.demo:
         app.blueprint(demo.bp)
+
+    @app.get("/")
+    async def root(request: Request) -> HTTPResponse:
+        return response.redirect("/console/", status=303)
 
     @app.get("/health")
     async def health(request: Request) -> HTTPResponse:
@@ -105,6 +111,8 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     @app.exception(Exception)
     async def on_error(request: Request, exc: Exception) -> HTTPResponse:
         status = getattr(exc, "status_code", None)
+        if request.path == console.PREFIX or request.path.startswith(console.PREFIX + "/"):
+            return console.unrouted(request, exc)  # a page, with the console's headers
         if status == 413:  # stating the limit, as a JSON-RPC error on the MCP routes
             return refusals.too_large(request, settings.max_request_bytes)
         if isinstance(status, int) and status < 500:

@@ -8,7 +8,7 @@ the stdio connection a toolkit or a pool uses.
 With ``TINY_TOOLS`` naming a file, the tools listed are that file's JSON list (``name``,
 ``description``, ``inputSchema``), read at every ``tools/list``, so a test can poison a
 description or change one between two re-syncs; a call then answers
-``<name>:<arguments as sorted JSON>``.
+``<name>:<arguments as sorted JSON>``. ``connection(tools)`` sets it.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ HELLO = {
 }
 
 
-def connection() -> dict[str, Any]:
+def connection(tools: Path | None = None) -> dict[str, Any]:
+    """How to start it; ``tools``: a JSON file of the tools it lists instead of ``hello``."""
     return {
         "transport": "stdio",
         "command": sys.executable,
         "args": [str(Path(__file__).resolve())],
-        "env": {},
+        "env": {"TINY_TOOLS": str(tools)} if tools is not None else {},
     }
 
 

@@ -1,0 +1,168 @@
+"""The catalogue as its managers work on it: a page of toolkit cards, one toolkit in full,
+approving its pending tools, its allow-list a tool at a time, a re-sync, a tool's kind.
+
+Who sees what is the one rule of management (``access/principals.manages``): an admin every
+toolkit, a user the toolkits they own; a toolkit outside it answers like one that does not
+exist, on a page, a fragment and an approval alike. Every filter a face hands in is checked
+here and refused naming its field, so the console and any later face refuse alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from appliance.access import principals
+from appliance.catalogue import toolkit_pages
+from appliance.db import SyncReader
+from appliance.errors import InvalidParams, NotFound
+from appliance.gateway import sync
+from appliance.gateway.admin.grants import managed_toolkit, set_toolkit_access, toolkit_access
+from appliance.gateway.admin.projects import check_project
+from appliance.models import RUNNER_FOR_KIND, Principal
+
+if TYPE_CHECKING:
+    from appliance.gateway.runtime import Runtime
+
+PER_PAGE = 24
+PAGE_MAX = 100_000
+TEXT_MAX = 200
+
+
+def _choice(value: str | None, allowed: tuple[str, ...], field: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if value not in allowed:
+        raise InvalidParams(f"'{field}' must be one of {', '.join(allowed)}", field=field)
+    return value
+
+
+def _page_number(value: str | int | None) -> int:
+    if value is None or value == "":
+        return 1
+    if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) <= 6):
+        raise InvalidParams(f"'page' must be a whole number from 1 to {PAGE_MAX}", field="page")
+    number = int(value)
+    if not 1 <= number <= PAGE_MAX:
+        raise InvalidParams(f"'page' must be a whole number from 1 to {PAGE_MAX}", field="page")
+    return number
+
+
+def _text(value: str | None) -> str:
+    text = (value or "").strip()
+    if len(text) > TEXT_MAX:
+        raise InvalidParams(f"'q' must be at most {TEXT_MAX} characters", field="q")
+    if not text.isprintable():
+        raise InvalidParams("'q' must be printable text", field="q")
+    return text
+
+
+async def toolkit_cards(
+    rt: Runtime,
+    actor: Principal,
+    *,
+    project: str | None = None,
+    type: str | None = None,
+    health: str | None = None,
+    q: str | None = None,
+    page: str | int | None = None,
+    per_page: int = PER_PAGE,
+) -> dict[str, Any]:
+    """One page of the cards of the toolkits ``actor`` manages, with what the filters need."""
+    filters = toolkit_pages.Filters(
+        owner_id=principals.managed_owner(actor),
+        project=None if not project else check_project(project),
+        type=_choice(type, toolkit_pages.TYPES, "type"),
+        health=_choice(health, toolkit_pages.HEALTHS, "health"),
+        text=_text(q),
+    )
+    number = _page_number(page)
+
+    def gather(r: SyncReader) -> tuple[int, list[dict[str, Any]], list[str]]:
+        total, cards = toolkit_pages.page_in(r, filters, offset=(number - 1) * per_page, limit=per_page)
+        return total, cards, toolkit_pages.projects_in(r, filters.owner_id)
+
+    total, cards, projects = await rt.db.reading(gather)
+    return {
+        "cards": cards,
+        "total": total,
+        "page": number,
+        "pages": max(1, -(-total // per_page)),
+        "projects": projects,
+        "filters": {
+            "project": filters.project or "",
+            "type": filters.type or "",
+            "health": filters.health or "",
+            "q": filters.text,
+        },
+    }
+
+
+async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
+    """One managed toolkit: its card, its health now and the streaks behind it, every tool."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+
+    def gather(r: SyncReader) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        return toolkit_pages.card_in(r, slug, project), toolkit_pages.tools_in(r, kit_id)
+
+    card, tools = await rt.db.reading(gather)
+    if card is None or card["id"] != kit_id:  # removed (or replaced) between the two reads
+        raise NotFound(f"no toolkit named {slug!r} in project {project!r}", field="toolkit")
+    allowed = set((await toolkit_access(rt, actor, slug, project))["allowed_tools"])
+    for tool in tools:
+        tool["runner"] = RUNNER_FOR_KIND[tool["kind"]]
+        tool["allowed"] = tool["name"] in allowed
+    state = rt.health.get(kit_id)
+    recent = None
+    if state is not None:
+        recent = {
+            "fails": state.fails,
+            "slows": state.slows,
+            "oks": state.oks,
+            "probing": rt.health.enforcing,
+        }
+    return {"toolkit": card, "tools": tools, "recent_health": recent, "allowed_tools": sorted(allowed)}
+
+
+async def approve_tools(
+    rt: Runtime, actor: Principal, slug: str, project: str, tools: list[str] | None
+) -> list[str]:
+    """Approve pending tools of a toolkit ``actor`` manages (``tools`` None: every one)."""
+    await managed_toolkit(rt, actor, slug, check_project(project))
+    return await sync.approve(rt, slug, project=project, tools=tools)
+
+
+async def allow_tool(
+    rt: Runtime, actor: Principal, slug: str, project: str, tool: str, allowed: bool
+) -> list[str]:
+    """Put one of the toolkit's tools on its allow-list or take it off; the list afterwards
+    (empty: every active tool callable)."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    names = {t["name"] for t in await rt.db.reading(lambda r: toolkit_pages.tools_in(r, kit_id))}
+    if tool not in names:
+        raise NotFound(f"toolkit {slug!r} has no tool named {tool!r}", field="tool")
+    current = set((await toolkit_access(rt, actor, slug, project))["allowed_tools"])
+    wanted = current | {tool} if allowed else current - {tool}
+    if wanted == current:
+        return sorted(current)
+    done = await set_toolkit_access(rt, actor, slug, project, allowed_tools=sorted(wanted))
+    return list(done["allowed_tools"])
+
+
+async def resync(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
+    """List a managed MCP toolkit's upstream now and apply the plan; the report."""
+    await managed_toolkit(rt, actor, slug, check_project(project))
+    report = await sync.resync_toolkit(rt, slug, project=project)
+    return report.as_dict()
+
+
+async def reclassify(
+    rt: Runtime, actor: Principal, slug: str, project: str, tool: str, kind: str
+) -> dict[str, Any]:
+    """Set (``auto``: clear) the kind of one of the toolkit's tools: admins only, since the
+    kind decides the runner and so the approval prompt an agent's client shows."""
+    principals.require_admin(actor)
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    names = {t["name"] for t in await rt.db.reading(lambda r: toolkit_pages.tools_in(r, kit_id))}
+    if tool not in names:
+        raise NotFound(f"toolkit {slug!r} has no tool named {tool!r}", field="tool")
+    return await sync.reclassify(rt, tool, kind, project=project)

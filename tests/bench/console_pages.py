@@ -1,0 +1,117 @@
+"""The console's pages at size: server time per page (p50, p95) and page weight.
+
+Run from the repo root: ``.venv/bin/python tests/bench/console_pages.py``.
+
+Two catalogues, each seeded through the normal store functions (``tests/support/worlds.py``:
+the rows, tool states and search index an import writes): 10,000 tools over 200 toolkits
+(one in ten tools pending), and 1,000 toolkits of 10 tools. The app runs in this process
+(``tests/support/inprocess.py``: the same Sanic app as ``serve``, no socket), so a request's
+time is the server's own: routing, session lookup, the operation, rendering. Each page is
+asked ``ROUNDS`` times by a signed-in admin (every toolkit) and by a user (their own
+twentieth); the figures are per request. Target (issue 18): every page within 50 ms.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from appliance.search import metrics
+from tests.support import worlds
+from tests.support.inprocess import InProcess, served_in_process
+from tests.support.worlds import KitSpec, World
+
+ROUNDS = 60
+USERS = 10
+
+
+def world(kits: int, tools_per_kit: int) -> World:
+    specs = [
+        KitSpec(
+            f"kit{k:04d}",
+            f"project{k % 4}",
+            owner=k % USERS,
+            visibility="published" if k % 10 == 0 else "private",
+            default=k % 40 == 1,
+            active=[i % 10 != 9 for i in range(tools_per_kit)],  # one in ten pending
+        )
+        for k in range(kits)
+    ]
+    return World(users=[False] * USERS, agents=[], kits=specs)
+
+
+def signed_in(app: InProcess, key: str) -> httpx.Client:
+    client = app.client(timeout=60)
+    form = client.get("/console/sign-in").text
+    token = re.search(r'name="csrf" value="([^"]+)"', form)
+    assert token is not None
+    done = client.post("/console/sign-in", data={"key": key, "csrf": token.group(1)})
+    assert done.status_code == 303, done.text[:200]
+    return client
+
+
+def timed(client: httpx.Client, path: str, params: dict[str, str]) -> tuple[list[float], int]:
+    headers = {"HX-Request": "true"} if params.pop("hx", None) else {}
+    client.get(path, params=params, headers=headers)  # warm: templates compiled, memo filled
+    times, size = [], 0
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        got = client.get(path, params=params, headers=headers)
+        times.append((time.perf_counter() - started) * 1000)
+        assert got.status_code == 200, (got.status_code, got.text[:200])
+        size = len(got.content)
+    return times, size
+
+
+def pages(kits: int, tools_per_kit: int) -> None:
+    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
+    with tempfile.TemporaryDirectory() as tmp, served_in_process(Path(tmp) / "data", env=env) as app:
+        started = time.perf_counter()
+        built = app.run(worlds.build(app.rt, world(kits, tools_per_kit)), timeout=600)
+        seeded = time.perf_counter() - started
+        total = kits * tools_per_kit
+        print(f"\n{kits} toolkits x {tools_per_kit} tools ({total:,} tools), seeded in {seeded:.1f} s")
+        admin, user = signed_in(app, app.key), signed_in(app, built.user_keys[3])
+        one = f"/console/toolkits/project{3 % 4}/kit0003"
+        cases = [
+            ("cards, page 1 (admin)", admin, "/console/toolkits", {}),
+            ("cards, page 5 (admin)", admin, "/console/toolkits", {"page": "5"}),
+            ("cards, last page (admin)", admin, "/console/toolkits", {"page": str(-(-(kits + 1) // 24))}),
+            ("cards, search 'kit01' (admin)", admin, "/console/toolkits", {"q": "kit01"}),
+            (
+                "cards, filtered project+status",
+                admin,
+                "/console/toolkits",
+                {"project": "project1", "health": "active"},
+            ),
+            ("cards fragment (htmx)", admin, "/console/toolkits", {"q": "kit0", "hx": "1"}),
+            ("cards, page 1 (user)", user, "/console/toolkits", {}),
+            (f"toolkit page ({tools_per_kit} tools)", user, one, {}),
+        ]
+        print("| page | p50 ms | p95 ms | max ms | bytes |\n|---|---|---|---|---|")
+        for name, client, path, params in cases:
+            times, size = timed(client, path, params)
+            p = metrics.latency_summary(times)
+            print(f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {max(times):.1f} | {size:,} |")
+
+
+def assets() -> None:
+    static = Path(__file__).resolve().parents[2] / "appliance" / "web" / "console" / "static"
+    sizes = {p.name: p.stat().st_size for p in sorted(static.iterdir()) if p.suffix in (".js", ".css")}
+    print(
+        "\nstatic files (fetched once, cached immutable): "
+        + ", ".join(f"{n} {s:,} B" for n, s in sizes.items())
+    )
+
+
+if __name__ == "__main__":
+    pages(200, 50)
+    pages(1000, 10)
+    assets()

@@ -1,0 +1,298 @@
+"""The admin console in a real browser: Debian's headless Chromium, driven by Playwright for
+Python (no browser download), against a real ``toolspoke serve``.
+
+Sign in, see the toolkit cards, narrow them with the search box (htmx swaps the fragment),
+open a toolkit, approve a pending tool, sign out. Upstream text carrying script tags, event
+handlers, ``javascript:`` URLs and template syntax is imported from an OpenAPI spec and from
+a stdio MCP server, and never runs (``window.__pwned`` stays undefined, no dialog opens, no
+CSP violation is reported, ``{{7*7}}`` stays text). A POST without the session's CSRF token
+changes nothing; the console refuses to be framed; its cookie is not readable by script;
+every control is labelled and focus is visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from threading import Thread
+from typing import Any
+
+import httpx
+import pytest
+from playwright import sync_api  # the test extra; missing, this module fails: nothing is skipped
+
+from tests.support import hostile_pages
+from tests.support.servers import Appliance, import_mcp, running_appliance
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 15_000  # every wait for the page is bounded by this (Playwright's own timeouts)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
+    folder = tmp_path_factory.mktemp("console-browser")
+    with running_appliance(folder / "data") as running:
+        headers = {"Authorization": f"Bearer {running.key}"}
+        spec = hostile_pages.openapi_spec()
+        done = httpx.post(
+            running.base_url + "/api/v1/toolkits/openapi",
+            json={"slug": "hostile", "spec": spec},
+            headers=headers,
+            timeout=30,
+        )
+        assert done.status_code == 201, done.text
+        connection = hostile_pages.mcp_connection(folder)
+        import_mcp(
+            running,
+            "--slug",
+            "hostile-mcp",
+            "--require-approval",
+            "--",
+            connection["command"],
+            *connection["args"],
+        )
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make debs` (installs Debian's chromium)")
+    with sync_api.sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=str(CHROMIUM),
+            args=ARGS,
+            headless=True,
+        )
+        context.set_default_timeout(WAIT_MS)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+class Watched:
+    """A page with what it reported: dialogs opened, console errors, CSP violations."""
+
+    def __init__(self, context: Any) -> None:
+        self.page = context.new_page()
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("dialog", self._dialog)
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+
+    def _dialog(self, dialog: Any) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            self.errors.append(message.text)
+
+    def assert_nothing_ran(self) -> None:
+        assert self.page.evaluate("() => typeof window.__pwned") == "undefined"
+        assert self.dialogs == []
+        assert self.errors == [], self.errors  # a CSP violation is reported as a console error
+
+
+@pytest.fixture
+def watched(browser: Any) -> Iterator[Watched]:
+    found = Watched(browser)
+    try:
+        yield found
+    finally:
+        found.page.close()
+        browser.clear_cookies()
+
+
+def test_the_console_sends_its_headers_and_sends_a_browser_from_the_root_to_sign_in(app: Appliance) -> None:
+    # (first in the file: it alone pays for the appliance's start, the next for the browser's)
+    root = httpx.get(app.base_url + "/", timeout=10)
+    assert root.status_code == 303 and root.headers["location"] == "/console/"
+    page = httpx.get(app.base_url + "/console/sign-in", timeout=10)
+    assert page.headers["x-frame-options"] == "DENY"
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+
+
+def sign_in(watched: Watched, app: Appliance, key: str | None = None) -> Any:
+    page = watched.page
+    page.goto(app.base_url + "/")
+    assert page.url.endswith("/console/sign-in")
+    page.get_by_label("Your API key").fill(key or app.key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console/toolkits")
+    return page
+
+
+def test_sign_in_see_the_cards_open_a_toolkit_approve_a_tool_and_sign_out(
+    app: Appliance, watched: Watched
+) -> None:
+    page = sign_in(watched, app)
+    cards = page.locator("ul.cards > li.card")
+    sync_api.expect(cards).to_have_count(3)  # demo, hostile, hostile-mcp
+    assert "hostile-mcp" in page.locator("#cards").inner_text()
+    # the search box narrows the cards through htmx (the fragment, not a page load)
+    page.get_by_label("Search").fill("demo")
+    sync_api.expect(cards).to_have_count(1)
+    sync_api.expect(page.locator("#cards")).to_contain_text("toolspoke demo notes")
+    assert page.url.endswith("/console/toolkits")  # no navigation happened
+    page.get_by_label("Search").fill("hostile-mcp")
+    sync_api.expect(page.locator("#cards")).not_to_contain_text("toolspoke demo notes")
+    sync_api.expect(cards).to_have_count(1)
+    cards.first.get_by_role("link").click()
+    page.wait_for_url("**/console/toolkits/default/hostile-mcp")
+    pending = page.locator("tbody tr", has=page.locator(".state-pending"))
+    before = pending.count()
+    assert before >= 2, page.locator("main").inner_text()
+    page.get_by_role("button", name="Approve hostile-mcp__safe_name").click()
+    sync_api.expect(page.get_by_role("status")).to_have_text("Approved 1 tool.")
+    sync_api.expect(pending).to_have_count(before - 1)
+    row = page.locator("tbody tr", has=page.locator("code", has_text="hostile-mcp__safe_name"))
+    sync_api.expect(row.locator(".state-active")).to_have_count(1)
+    assert "toolspoke_console" not in page.evaluate("() => document.cookie")  # HttpOnly
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/console/sign-in")
+    page.goto(app.base_url + "/console/toolkits")
+    assert page.url.endswith("/console/sign-in")  # the session has ended
+    watched.assert_nothing_ran()
+
+
+def test_hostile_upstream_text_never_runs_and_stays_text(app: Appliance, watched: Watched) -> None:
+    page = sign_in(watched, app)
+    for path in (
+        "/console/toolkits",
+        "/console/toolkits/default/hostile",
+        "/console/toolkits/default/hostile-mcp",
+    ):
+        page.goto(app.base_url + path)
+        page.wait_for_load_state("load")
+        main = page.locator("main")
+        for injected in (
+            "main script",
+            "main img",
+            "main svg",
+            "main iframe",
+            "main [onerror]",
+            "[hx-trigger=load]",
+        ):
+            assert page.locator(injected).count() == 0, (path, injected)
+        if path != "/console/toolkits":
+            text = main.inner_text()
+            assert hostile_pages.TEMPLATE in text and "<script>window.__pwned" in text, path
+            assert "jinja" in text and "{% if 1 %}" in text  # the template syntax shown, not run
+    # a payload typed in the search box is text too: it finds the toolkit titled with it
+    page.goto(app.base_url + "/console/toolkits")
+    page.get_by_label("Search").fill(hostile_pages.PAYLOADS[1])
+    sync_api.expect(page.locator("#cards")).to_contain_text("1 toolkit.")
+    sync_api.expect(page.locator("ul.cards code")).to_have_text("hostile")
+    watched.assert_nothing_ran()
+
+
+def test_a_post_without_the_sessions_csrf_token_changes_nothing(app: Appliance, watched: Watched) -> None:
+    page = sign_in(watched, app)
+    page.goto(app.base_url + "/console/toolkits/default/hostile-mcp")
+    pending = page.locator("tbody tr", has=page.locator(".state-pending"))
+    before = pending.count()
+    assert before >= 1
+    # the same origin, the same cookie, the session's own page: only the token is missing
+    statuses = page.evaluate(
+        """async () => {
+            const send = async (body) => (await fetch(location.pathname + '/approve', {
+                method: 'POST', body: new URLSearchParams(body), redirect: 'manual'})).status;
+            return [await send({all: '1'}), await send({all: '1', csrf: 'f'.repeat(64)})];
+        }"""
+    )
+    assert statuses == [403, 403]
+    page.reload()
+    sync_api.expect(pending).to_have_count(before)
+    watched.errors.clear()  # the two refused fetches were logged as failed requests
+
+
+class _Framer(BaseHTTPRequestHandler):
+    """Another site's page that frames the console."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        body = f'<!doctype html><title>framer</title><iframe id="f" src="{self.target}"></iframe>'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_console_is_never_framed_and_says_so_in_its_headers(app: Appliance, watched: Watched) -> None:
+    page = watched.page
+    answer = page.goto(app.base_url + "/console/sign-in")
+    assert answer is not None
+    headers = answer.headers
+    assert (
+        headers["x-frame-options"] == "DENY"
+        and "frame-ancestors 'none'" in headers["content-security-policy"]
+    )
+    _Framer.target = app.base_url.replace("127.0.0.1", "localhost") + "/console/sign-in"
+    framer = ThreadingHTTPServer(("127.0.0.1", 0), _Framer)
+    Thread(target=framer.serve_forever, daemon=True).start()
+    try:
+        page.goto(f"http://127.0.0.1:{framer.server_address[1]}/")
+        page.wait_for_load_state("load")  # the framer and its frame have loaded (or failed)
+        (child,) = [f for f in page.frames if f is not page.main_frame]
+        child.wait_for_load_state("load")
+        # the browser refused to show it: its error page stands where the sign-in form would
+        assert child.url.startswith("chrome-error://"), child.url
+        assert child.locator("form.signin").count() == 0
+        assert page.frame_locator("#f").get_by_label("Your API key").count() == 0
+    finally:
+        framer.shutdown()
+        framer.server_close()
+    watched.errors.clear()  # the refusal is reported on the console as an error
+
+
+def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched: Watched) -> None:
+    page = watched.page
+    page.goto(app.base_url + "/console/sign-in")
+    assert page.evaluate("() => document.activeElement.id") == "key"  # the one field, focused
+    sign_in(watched, app)
+    page.keyboard.press("Tab")
+    focused = page.evaluate(
+        "() => [document.activeElement.textContent, getComputedStyle(document.activeElement).outlineStyle]"
+    )
+    assert focused[0] == "Skip to content" and focused[1] != "none"
+    for path in ("/console/toolkits", "/console/toolkits/default/hostile-mcp"):
+        page.goto(app.base_url + path)
+        unlabelled = page.evaluate(
+            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                             && !e.textContent.trim()).map(e => e.outerHTML)"""
+        )
+        assert unlabelled == [], unlabelled
+    # the search box and the filters are reached by keyboard, in order
+    page.goto(app.base_url + "/console/toolkits")
+    page.get_by_label("Search").focus()
+    order = []
+    for _ in range(4):
+        page.keyboard.press("Tab")
+        order.append(
+            page.evaluate("() => document.activeElement.id || document.activeElement.textContent.trim()")
+        )
+    assert order == ["type", "health", "project", "Filter"]
+    watched.assert_nothing_ran()
