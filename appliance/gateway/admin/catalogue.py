@@ -125,8 +125,9 @@ async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str)
 
 async def approve_tools(
     rt: Runtime, actor: Principal, slug: str, project: str, tools: list[str] | None
-) -> list[str]:
-    """Approve pending tools of a toolkit ``actor`` manages (``tools`` None: every one)."""
+) -> dict[str, Any]:
+    """Approve pending tools of a toolkit ``actor`` manages (``tools`` None: every one the
+    screening did not flag; a flagged one is approved by name). ``sync.approve``'s report."""
     await managed_toolkit(rt, actor, slug, check_project(project))
     return await sync.approve(rt, slug, project=project, tools=tools)
 

@@ -287,7 +287,7 @@ async def change_toolkit(request: Request, project: str, slug: str, action: str)
             name = _field(request, "tool")
             tools = None if _field(request, "all") == "1" and not name else [name]
             approved = await catalogue.approve_tools(rt, viewer, slug, project, tools)
-            return _back(request, action, n=len(approved))
+            return _back(request, action, n=len(approved["approved"]))
         if action == "access":
             default = None
             if viewer.is_admin:  # only an admin's form has the box; its absence means "no"

@@ -132,7 +132,8 @@ def test_another_users_toolkit_has_no_detail_and_no_approval(tmp_path: Path) -> 
         with pytest.raises(NotFound):
             await catalogue.approve_tools(rt, ann, "gamma", "ops", None)
         assert (await catalogue.toolkit_detail(rt, bob, "gamma", "ops"))["toolkit"]["pending"] == 2
-        assert await catalogue.approve_tools(rt, bob, "gamma", "ops", ["gamma__t1"]) == ["gamma__t1"]
+        approved = await catalogue.approve_tools(rt, bob, "gamma", "ops", ["gamma__t1"])
+        assert approved["approved"] == ["gamma__t1"]
         after = (await catalogue.toolkit_detail(rt, admin, "gamma", "ops"))["toolkit"]
         assert (after["tools"], after["pending"]) == (1, 1)
 
