@@ -113,6 +113,11 @@ HOSTILE_SEGMENTS = [
 def run_mcp(run: Run, n: int, path: str, templates: list[dict[str, Any]], session: Callable[[], str]) -> None:
     """/mcp or /mcp/<slug>: modern templates with their routing headers, legacy ones with the
     session (``session()`` opens a new one when the last was dropped)."""
+    first = templates[0]
+    if "_meta" in (first.get("params") or {}):
+        run.sweep_guards("POST", path, first, run.base(routing_headers(first)))
+    else:
+        run.sweep_guards("POST", path, first, run.base([("MCP-Protocol-Version", LEGACY)]))
     for i in range(n):
         category = CATEGORIES[i % len(CATEGORIES)]
         template = run.rng.choice(templates)
@@ -245,6 +250,8 @@ def run_sse(run: Run, n: int) -> Tally:
         got = until(msg_id, "a valid tools/call")
         return None if tool_ok(got) else f"tools/call over SSE answered {got!r}"[:300]
 
+    run.sweep_guards("POST", stream().endpoint, LEGACY_TEMPLATES[0], run.base())
+    run.sweep_guards("GET", "/sse", None, run.base(), head_only=True)
     for i in range(n):
         category = CATEGORIES[i % len(CATEGORIES)]
         template = rng.choice(LEGACY_TEMPLATES)
@@ -348,6 +355,7 @@ def run_api(run: Run, n: int) -> Tally:
     rng, server = run.rng, run.server
     ops = api_operations(server)
     hostile_values = ["-1", "0", "abc", "1e999", "%00", quote("\u202e"), "9" * 40, "x" * 5000, "[]", "true"]
+    run.sweep_guards("GET", "/api/v1/toolkits", None, run.base())
     for i in range(n):
         method, template, body, queries, public = rng.choice(ops)
         path = fill_path(rng, method, template)

@@ -80,6 +80,21 @@ class Run:
             guarded=guarded,
         )
 
+    def sweep_guards(
+        self,
+        method: str,
+        path: str,
+        doc: dict[str, Any] | None,
+        headers: list[tuple[str, str]],
+        *,
+        head_only: bool = False,
+    ) -> None:
+        """Send a valid request once with each hostile Origin and Host (``guard_sweep``)."""
+        body = dumps(doc) if doc is not None else b""
+        for hdrs, what in guard_sweep(headers):
+            data = fuzz.request_bytes(method, path, hdrs, body)
+            self.send(Case(data, f"sweep {method} {path} {what}", guarded=True, head_only=head_only), None)
+
     def truncated(self, method: str, path: str, hdrs: list[tuple[str, str]], valid: bytes) -> Case:
         rng = self.rng
         cut = rng.randrange(0, max(1, len(valid)))
@@ -164,6 +179,19 @@ def is_api_error(doc: Any) -> bool:
     )
 
 
+HOSTILE_ORIGINS = (EVIL_ORIGIN, "null", "http://127.0.0.1.evil.example", "file://", "http://[::1")
+HOSTILE_HOSTS = (EVIL_HOST, "evil.example:80", "127.0.0.1.evil.example", "[::1]evil", "a" * 300)
+
+
+def guard_sweep(headers: list[tuple[str, str]]) -> list[tuple[list[tuple[str, str]], str]]:
+    """Every hostile Origin and Host once: a random draw met ``http://[::1`` one time in 60,
+    so a face could pass its fuzz without ever being sent the value that once answered 500."""
+    kept = [(k, v) for k, v in headers if k.lower() != "host"]
+    return [([*headers, ("Origin", o)], f"Origin {o}") for o in HOSTILE_ORIGINS] + [
+        ([*kept, ("Host", h)], f"Host {h[:40]}") for h in HOSTILE_HOSTS
+    ]
+
+
 def mutate_headers(
     rng: random.Random, headers: list[tuple[str, str]], port: int
 ) -> tuple[list[tuple[str, str]], str, bool, bool]:
@@ -179,14 +207,14 @@ def mutate_headers(
         name = rng.choice([k for k, _ in headers if k.lower() != "connection"])
         return without(name.lower()), f"no {name}", False, True
     if pick == 1:
-        value = rng.choice((EVIL_ORIGIN, "null", "http://127.0.0.1.evil.example", "file://", "http://[::1"))
+        value = rng.choice(HOSTILE_ORIGINS)
         return [*headers, ("Origin", value)], f"Origin {value}", True, True
     if pick == 2:
         pair = [("Origin", "http://127.0.0.1"), ("Origin", EVIL_ORIGIN)]
         pair = pair if rng.random() < 0.5 else pair[::-1]
         return [*headers, *pair], f"duplicate Origin {pair}", True, True
     if pick == 3:
-        value = rng.choice((EVIL_HOST, "evil.example:80", "127.0.0.1.evil.example", "[::1]evil", "a" * 300))
+        value = rng.choice(HOSTILE_HOSTS)
         return [*without("host"), ("Host", value)], f"Host {value}", True, True
     if pick == 4:
         pair = [("Host", good_host), ("Host", EVIL_HOST)]
