@@ -1,0 +1,198 @@
+"""What the bridge costs an agent's context: tools/list, list_toolkits and search_tools answers.
+
+Run from the repo root: ``.venv/bin/python tests/bench/tokens.py``. Starts a real appliance on
+loopback, imports the 14 fixture specs of tests/fixtures/openapi/ and measures what a client
+receives; tokens are estimated as bytes / 4 of the compact JSON. "answer" is the text block a
+model reads; "wire" is the whole tools/call result (text block and structuredContent).
+Targets (issue 22): tools/list ≤ 700 tokens; list_toolkits ≤ 8.5 tokens per tool; the median
+search_tools answer with 5 results at most half of what it was before compact answers.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.support.servers import FIXTURES, cli, running_appliance
+
+SPECS = sorted(p for p in FIXTURES.iterdir() if p.suffix in {".json", ".yaml"})
+VERSION = "2025-11-25"
+INIT = {"protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "tokens", "version": "1"}}
+
+# What agents ask of these specs: Kubernetes, Slack, Asana, DigitalOcean, Gotify, the
+# petstores, USPTO, the museum and the callback/webhook examples.
+QUERIES = [
+    "list pods in a namespace",
+    "read the logs of a pod",
+    "scale a deployment to three replicas",
+    "delete a config map",
+    "create a namespace",
+    "watch services for changes",
+    "create a persistent volume claim",
+    "get the status of a node",
+    "post a message to a slack channel",
+    "invite a user to a channel",
+    "upload a file to slack",
+    "list members of a slack workspace",
+    "add a reaction emoji to a message",
+    "set my slack status",
+    "create a task in asana",
+    "assign an asana task to a teammate",
+    "list projects in a workspace",
+    "add a comment to a task",
+    "create a droplet",
+    "list my droplets",
+    "create a dns record for a domain",
+    "resize a kubernetes cluster on digitalocean",
+    "take a snapshot of a volume",
+    "create a load balancer",
+    "send a push notification",
+    "create a gotify application",
+    "add a new pet to the store",
+    "find pets by status",
+    "place an order for a pet",
+    "delete a pet",
+    "search the uspto patent datasets",
+    "buy museum tickets for a special event",
+    "list museum opening hours",
+    "subscribe to callbacks for new events",
+]
+
+
+def session(http: httpx.Client, url: str) -> dict[str, str]:
+    r = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INIT})
+    r.raise_for_status()
+    return {"Mcp-Session-Id": r.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION}
+
+
+def rpc(http: httpx.Client, url: str, headers: dict[str, str], method: str, params: dict[str, Any]) -> Any:
+    r = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": method, "params": params})
+    r.raise_for_status()
+    doc = r.json()
+    if "error" in doc:
+        raise RuntimeError(f"{method}: {doc['error']}")
+    return doc["result"]
+
+
+def size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "".join(c["text"] for c in result["content"] if c.get("type") == "text")
+
+
+def tool_count(structured: dict[str, Any]) -> int:
+    total = 0
+    for kit in structured.get("toolkits", []):
+        tools = kit.get("tools")
+        total += len(tools) if isinstance(tools, list) else int(kit.get("tool_count", 0))
+    for domain in structured.get("domains", []):
+        total += len(domain.get("tools", []))
+    return total
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp, running_appliance(Path(tmp) / "data") as app:
+        for spec in SPECS:
+            slug = spec.stem.lower().replace(".", "-").replace("_", "-")[:40].strip("-")
+            done = cli(
+                app.data_dir,
+                "import",
+                "openapi",
+                str(spec),
+                "--slug",
+                slug,
+                "--base-url",
+                "https://api.example.com",
+                "--json",
+                timeout=300,
+            )
+            # The webhook example defines no operation: the import refuses it, as it should.
+            assert done.returncode == 0 or "nothing to import" in done.stderr, done.stderr
+        with httpx.Client(
+            headers={"Authorization": f"Bearer {app.key}", "Accept": "application/json"}, timeout=120
+        ) as http:
+            headers = session(http, app.mcp_url)
+            listed = rpc(http, app.mcp_url, headers, "tools/list", {})
+            kits = rpc(http, app.mcp_url, headers, "tools/call", {"name": "list_toolkits", "arguments": {}})
+            brief = None
+            names = {t["name"] for t in listed["tools"]}
+            brief_args = {"brief": True}
+            schema = next(t for t in listed["tools"] if t["name"] == "list_toolkits")["inputSchema"]
+            if "brief" in schema.get("properties", {}):
+                brief = rpc(
+                    http, app.mcp_url, headers, "tools/call", {"name": "list_toolkits", "arguments": brief_args}
+                )
+            answers, wires = [], []
+            for query in QUERIES:
+                found = rpc(
+                    http,
+                    app.mcp_url,
+                    headers,
+                    "tools/call",
+                    {"name": "search_tools", "arguments": {"query": query, "limit": 5}},
+                )
+                answers.append(len(text_of(found).encode()))
+                wires.append(size(found))
+                first = (found.get("structuredContent") or {}).get("results") or [{}]
+                top = first[0].get("name", "-")
+                print(f"  {query!r}: {answers[-1]} bytes, top {top}", file=sys.stderr)
+            k8s_top = rpc(
+                http,
+                app.mcp_url,
+                headers,
+                "tools/call",
+                {"name": "search_tools", "arguments": {"query": "list pods in a namespace", "limit": 1}},
+            )
+            one = (k8s_top.get("structuredContent") or {}).get("results") or []
+            described = None
+            if one:
+                described = rpc(
+                    http,
+                    app.mcp_url,
+                    headers,
+                    "tools/call",
+                    {"name": "describe_tools", "arguments": {"names": [one[0]["name"]]}},
+                )
+
+    listed_bytes = size(listed)
+    kits_text = len(text_of(kits).encode())
+    kits_tools = tool_count(kits["structuredContent"])
+    print("| figure | value |")
+    print("|---|---|")
+    print(f"| bridge tools/list ({len(names)} tools) | {listed_bytes} bytes ≈ {listed_bytes // 4} tokens |")
+    print(
+        f"| list_toolkits, {len(SPECS)} fixture specs ({kits_tools} tools), answer | {kits_text} bytes "
+        f"≈ {kits_text // 4} tokens, {kits_text / 4 / max(kits_tools, 1):.1f} tokens per tool |"
+    )
+    print(f"| list_toolkits, wire (text + structuredContent) | {size(kits)} bytes |")
+    if brief is not None:
+        brief_text = len(text_of(brief).encode())
+        brief_tools = tool_count(brief["structuredContent"])
+        print(
+            f"| list_toolkits brief ({brief_tools} tools, by domain, one line each), answer | {brief_text} "
+            f"bytes ≈ {brief_text // 4} tokens, {brief_text / 4 / max(brief_tools, 1):.1f} tokens per tool |"
+        )
+    else:
+        print("| list_toolkits brief | not offered |")
+    print(
+        f"| search_tools answer, 5 results, median of {len(QUERIES)} queries | "
+        f"{statistics.median(answers):.0f} bytes ≈ {statistics.median(answers) / 4:.0f} tokens "
+        f"(min {min(answers)}, max {max(answers)}) |"
+    )
+    print(f"| search_tools wire, median | {statistics.median(wires):.0f} bytes |")
+    if described is not None:
+        print(f"| describe_tools of {one[0]['name']}, answer | {len(text_of(described).encode())} bytes |")
+
+
+if __name__ == "__main__":
+    main()
