@@ -91,12 +91,11 @@ def text_of(result: dict[str, Any]) -> str:
 
 
 def tool_count(structured: dict[str, Any]) -> int:
+    """Tools in a list_toolkits answer: names per toolkit, or (brief) per domain."""
     total = 0
     for kit in structured.get("toolkits", []):
-        tools = kit.get("tools")
-        total += len(tools) if isinstance(tools, list) else int(kit.get("tool_count", 0))
-    for domain in structured.get("domains", []):
-        total += len(domain.get("tools", []))
+        total += len(kit.get("tools", []))
+        total += sum(len(tools) for tools in kit.get("domains", {}).values())
     return total
 
 
@@ -130,7 +129,11 @@ def main() -> None:
             schema = next(t for t in listed["tools"] if t["name"] == "list_toolkits")["inputSchema"]
             if "brief" in schema.get("properties", {}):
                 brief = rpc(
-                    http, app.mcp_url, headers, "tools/call", {"name": "list_toolkits", "arguments": brief_args}
+                    http,
+                    app.mcp_url,
+                    headers,
+                    "tools/call",
+                    {"name": "list_toolkits", "arguments": brief_args},
                 )
             answers, wires = [], []
             for query in QUERIES:
