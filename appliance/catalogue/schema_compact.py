@@ -32,7 +32,9 @@ _LOCAL = "#/$defs/"
 _SCALARS = ("type", "enum", "const", "default")
 _ONE = ("items", "additionalProperties", "not")
 _MANY = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SENTENCE = re.compile(r"(?<=[a-z0-9)\]`'\"])[.!?](?=\s)")
+# A sentence ends at . ! or ? after two word characters, before a capital or digit: "e.g. a"
+# and "v1.2" go on. The text is whitespace-normalised first, so one space is the gap.
+_SENTENCE = re.compile(r"(?<=[a-z0-9)\]`'\"]{2})[.!?](?= [A-Z0-9])")
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 _TAG = re.compile(r"<[^<>]{0,200}>")  # HTML markup in spec prose: no words for a model
 
@@ -41,7 +43,8 @@ def short(text: Any, limit: int = DESCRIPTION) -> str:
     """The first sentence of ``text``, cut at a word boundary near ``limit`` characters."""
     if not isinstance(text, str):
         return ""
-    text = " ".join(_TAG.sub(" ", text).split())
+    # Only the head can show, so only the head is read: the work is bounded by ``limit``.
+    text = " ".join(_TAG.sub(" ", text[: limit * 8]).split())
     end = _SENTENCE.search(text, 0, limit + 1)
     return trim(text[: end.start() + 1] if end else text, limit)
 
