@@ -124,7 +124,6 @@ def main() -> None:
             listed = rpc(http, app.mcp_url, headers, "tools/list", {})
             kits = rpc(http, app.mcp_url, headers, "tools/call", {"name": "list_toolkits", "arguments": {}})
             brief = None
-            names = {t["name"] for t in listed["tools"]}
             brief_args = {"brief": True}
             schema = next(t for t in listed["tools"] if t["name"] == "list_toolkits")["inputSchema"]
             if "brief" in schema.get("properties", {}):
@@ -170,31 +169,63 @@ def main() -> None:
     listed_bytes = size(listed)
     kits_text = len(text_of(kits).encode())
     kits_tools = tool_count(kits["structuredContent"])
-    print("| figure | value |")
-    print("|---|---|")
-    print(f"| bridge tools/list ({len(names)} tools) | {listed_bytes} bytes ≈ {listed_bytes // 4} tokens |")
-    print(
-        f"| list_toolkits, {len(SPECS)} fixture specs ({kits_tools} tools), answer | {kits_text} bytes "
-        f"≈ {kits_text // 4} tokens, {kits_text / 4 / max(kits_tools, 1):.1f} tokens per tool |"
+    median = statistics.median(answers)
+    print(f"| figure | before ({BEFORE_AT}) | now |")
+    print("|---|---|---|")
+    row(
+        f"bridge tools/list ({len(listed['tools'])} tools, target ≤ 700 tokens)",
+        BEFORE["tools_list"],
+        listed_bytes,
+        tokens=True,
     )
-    print(f"| list_toolkits, wire (text + structuredContent) | {size(kits)} bytes |")
+    row(f"list_toolkits, {kits_tools} tools, answer bytes", BEFORE["list_toolkits"], kits_text, tokens=True)
+    print(
+        f"| list_toolkits, tokens per tool (target ≤ 8.5) | {BEFORE['list_toolkits'] / 4 / kits_tools:.1f} "
+        f"| {kits_text / 4 / max(kits_tools, 1):.1f} |"
+    )
+    row("list_toolkits, wire (text + structuredContent)", BEFORE["list_toolkits_wire"], size(kits))
     if brief is not None:
         brief_text = len(text_of(brief).encode())
         brief_tools = tool_count(brief["structuredContent"])
         print(
-            f"| list_toolkits brief ({brief_tools} tools, by domain, one line each), answer | {brief_text} "
-            f"bytes ≈ {brief_text // 4} tokens, {brief_text / 4 / max(brief_tools, 1):.1f} tokens per tool |"
+            f"| list_toolkits brief ({brief_tools} tools by domain, one line each), answer | not offered | "
+            f"{brief_text} bytes ≈ {brief_text // 4} tokens, "
+            f"{brief_text / 4 / max(brief_tools, 1):.1f} per tool |"
         )
-    else:
-        print("| list_toolkits brief | not offered |")
-    print(
-        f"| search_tools answer, 5 results, median of {len(QUERIES)} queries | "
-        f"{statistics.median(answers):.0f} bytes ≈ {statistics.median(answers) / 4:.0f} tokens "
-        f"(min {min(answers)}, max {max(answers)}) |"
+    row(
+        f"search_tools answer, 5 results, median of {len(QUERIES)} queries",
+        BEFORE["search"],
+        median,
+        tokens=True,
     )
-    print(f"| search_tools wire, median | {statistics.median(wires):.0f} bytes |")
+    print(f"| search_tools answer, now / before (target ≤ 0.5) | | {median / BEFORE['search']:.2f} |")
+    print(f"| search_tools answer, smallest / largest | 2037 / 45429 | {min(answers)} / {max(answers)} |")
+    row("search_tools wire, median", BEFORE["search_wire"], statistics.median(wires))
     if described is not None:
-        print(f"| describe_tools of {one[0]['name']}, answer | {len(text_of(described).encode())} bytes |")
+        row(
+            f"describe_tools of {one[0]['name']}, answer",
+            BEFORE["describe"],
+            len(text_of(described).encode()),
+        )
+
+
+# Measured with this benchmark on main at 3ea0496, before compact answers (issue 22).
+BEFORE_AT = "main 3ea0496"
+BEFORE = {
+    "tools_list": 4542,
+    "list_toolkits": 120983,
+    "list_toolkits_wire": 246910,
+    "search": 7490,
+    "search_wire": 15647,
+    "describe": 3593,
+}
+
+
+def row(label: str, before: float, now: float, *, tokens: bool = False) -> None:
+    def cell(n: float) -> str:
+        return f"{n:.0f} bytes ≈ {n / 4:.0f} tokens" if tokens else f"{n:.0f} bytes"
+
+    print(f"| {label} | {cell(before)} | {cell(now)} |")
 
 
 if __name__ == "__main__":
