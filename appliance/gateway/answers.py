@@ -22,31 +22,27 @@ LINE = 80  # characters of a tool's line in the brief listing
 OTHER = "other"  # the domain of a tool without a group
 
 
-def describe(tool: Tool) -> dict[str, Any]:
-    """A tool in full, as ``describe_tools``, the admin API and the CLI show it."""
+def _identity(tool: Tool) -> dict[str, Any]:
+    """What names a tool and says how to run it: the same in full and in brief."""
     return {
         "name": tool.name,
-        "toolkit": tool.toolkit,
         "project": tool.project,
         "kind": tool.kind,
         "runner": tool.runner,
         "health": tool.health,
-        "description": tool.description or tool.title,
-        "input_schema": tool.input_schema,
     }
+
+
+def describe(tool: Tool) -> dict[str, Any]:
+    """A tool in full, as ``describe_tools``, the admin API and the CLI show it."""
+    full = {"toolkit": tool.toolkit, "description": tool.description or tool.title}
+    return {**_identity(tool), **full, "input_schema": tool.input_schema}
 
 
 def result(tool: Tool) -> dict[str, Any]:
     """A search result: enough to pick the tool and call it; ``describe_tools`` has the rest."""
-    return {
-        "name": tool.name,
-        "project": tool.project,
-        "kind": tool.kind,
-        "runner": tool.runner,
-        "health": tool.health,
-        "description": short(tool.description or tool.title, TOOL_DESCRIPTION),
-        "input": _input(tool.input_schema),
-    }
+    text = short(tool.description or tool.title, TOOL_DESCRIPTION)
+    return {**_identity(tool), "description": text, "input": _input(tool.input_schema)}
 
 
 def _input(schema: dict[str, Any]) -> dict[str, Any]:
