@@ -230,22 +230,44 @@ async def find_toolkits(
     return await conn.batch(lambda r: find_toolkits_in(r, slug, project=project, scope=scope))
 
 
-def tool_names_by_toolkit_in(
-    conn: SyncReader, toolkit_ids: Iterable[int], *, scope: Scope | None = None
-) -> dict[int, list[str]]:
-    ids = list(toolkit_ids)
-    if not ids:
+def _tool_rows_by_toolkit_in(
+    conn: SyncReader, toolkit_ids: list[int], columns: str, scope: Scope | None
+) -> dict[int, list[Any]]:
+    if not toolkit_ids:
         return {}
     where, params = _where(
-        ("t.toolkit_id IN (SELECT value FROM json_each(?))", [dumps(ids)]),
+        ("t.toolkit_id IN (SELECT value FROM json_each(?))", [dumps(toolkit_ids)]),
         (_ACTIVE, []),
         tool_clause(scope, "t"),
     )
-    rows = conn.all(f"SELECT t.toolkit_id, t.name FROM tools t{where} ORDER BY t.toolkit_id, t.name", params)
-    out: dict[int, list[str]] = {i: [] for i in ids}
+    rows = conn.all(
+        f"SELECT t.toolkit_id, {columns} FROM tools t{where} ORDER BY t.toolkit_id, t.name", params
+    )
+    out: dict[int, list[Any]] = {i: [] for i in toolkit_ids}
     for r in rows:
-        out[int(r["toolkit_id"])].append(r["name"])
+        out[int(r["toolkit_id"])].append(r)
     return out
+
+
+def tool_names_by_toolkit_in(
+    conn: SyncReader, toolkit_ids: Iterable[int], *, scope: Scope | None = None
+) -> dict[int, list[str]]:
+    rows = _tool_rows_by_toolkit_in(conn, list(toolkit_ids), "t.name", scope)
+    return {k: [r["name"] for r in v] for k, v in rows.items()}
+
+
+def tool_lines_by_toolkit_in(
+    conn: SyncReader, toolkit_ids: Iterable[int], *, scope: Scope | None = None
+) -> dict[int, list[tuple[str, str, str]]]:
+    """``(name, group, description or title)`` of each toolkit's tools, by name: a listing's
+    lines. Descriptions come cut to 400 characters; a line shows one sentence of them."""
+    rows = _tool_rows_by_toolkit_in(
+        conn,
+        list(toolkit_ids),
+        "t.name, t.grp, substr(COALESCE(NULLIF(t.description, ''), t.title, ''), 1, 400) AS line",
+        scope,
+    )
+    return {k: [(r["name"], r["grp"] or "", r["line"] or "") for r in v] for k, v in rows.items()}
 
 
 async def tool_names_by_toolkit(

@@ -98,7 +98,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Search tools the way an agent's search_tools does."""
-    from appliance.gateway.bridge import describe
+    from appliance.gateway.answers import describe
     from appliance.gateway.searching import search as run_search
 
     async def work(rt: Any) -> Any:

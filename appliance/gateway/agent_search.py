@@ -64,14 +64,14 @@ def _boost(results: list[Any], fields: list[str]) -> list[Any]:
 
 async def _one(
     rt: Runtime,
-    describe: Any,
+    render: Any,
     use_case: str,
     fields: list[str],
     *,
     args: dict[str, Any],
     toolkit_ids: set[int] | None,
     principal: Principal | None,
-) -> tuple[list[dict[str, Any]], Outcome]:
+) -> tuple[list[Tool], list[dict[str, Any]], Outcome]:
     limit = args.get("limit") or rt.settings.search_default_limit
     tags = {t.lower() for t in args.get("tags") or []}
     deep = min(rt.settings.search_max_limit * TAG_DEPTH, 100)
@@ -88,7 +88,8 @@ async def _one(
     )
     results = [r for r in outcome.results if not tags or r.tool.group.lower() in tags]
     results = _boost(results, fields)[:limit]
-    return [{**describe(r.tool), "version": version_of(r.tool)} for r in results], outcome
+    tools = [r.tool for r in results]
+    return tools, [{**render(t), "version": version_of(t)} for t in tools], outcome
 
 
 async def _toolkit_ids(rt: Runtime, providers: list[str], project: str | None) -> set[int]:
@@ -96,15 +97,11 @@ async def _toolkit_ids(rt: Runtime, providers: list[str], project: str | None) -
         return await toolkit_reads.ids_of_slugs(conn, providers, project)
 
 
-def _suggestions(
-    query: str, results: list[dict[str, Any]], installed: tuple[list[str], list[str]]
-) -> dict[str, Any]:
+def _suggestions(query: str, tools: list[Tool], installed: tuple[list[str], list[str]]) -> dict[str, Any]:
     best = 0.0
-    if results:
-        top = results[0]
-        best = directory.coverage(
-            query, directory.stems_of(f"{top['toolkit']} {top['name']} {top['description']}")
-        )
+    if tools:
+        top = tools[0]
+        best = directory.coverage(query, directory.stems_of(f"{top.toolkit} {top.name} {top.description}"))
     found = directory.suggest(query, installed[0], installed[1], best)
     return {"suggestions": found} if found else {}
 
@@ -118,12 +115,13 @@ async def _installed(rt: Runtime) -> tuple[list[str], list[str]]:
 async def search_for_agent(
     rt: Runtime,
     args: dict[str, Any],
-    describe: Any,
+    render: Any,
     *,
     principal: Principal | None = None,
     can_install: bool = False,
 ) -> dict[str, Any]:
-    """``{"results", "ranking"}`` for a ``query``; ``{"groups": [...]}`` for ``queries``.
+    """``{"results", "ranking"}`` for a ``query``; ``{"groups": [...]}`` for ``queries``; each
+    result is ``render(tool)`` with the tool's ``version``.
 
     ``can_install``: the caller may install toolkits, so well-known toolkits that are not
     installed and match better than anything installed come back as ``suggestions`` (beside
@@ -141,21 +139,21 @@ async def search_for_agent(
     toolkit_ids = await _toolkit_ids(rt, providers, args.get("project")) if providers else None
     installed = await _installed(rt) if can_install else None
     if query is not None:
-        results, outcome = await _one(
-            rt, describe, query, [], args=args, toolkit_ids=toolkit_ids, principal=principal
+        tools, results, outcome = await _one(
+            rt, render, query, [], args=args, toolkit_ids=toolkit_ids, principal=principal
         )
-        extra = _suggestions(query, results, installed) if installed else {}
+        extra = _suggestions(query, tools, installed) if installed else {}
         return {"results": results, "ranking": outcome.ranking, **extra}
     groups = []
     for i, item in enumerate(queries or []):
         fields = parse_known_fields(item.get("known_fields") or "", f"/queries/{i}/known_fields")
-        results, outcome = await _one(
-            rt, describe, item["use_case"], fields, args=args, toolkit_ids=toolkit_ids, principal=principal
+        tools, results, outcome = await _one(
+            rt, render, item["use_case"], fields, args=args, toolkit_ids=toolkit_ids, principal=principal
         )
         group: dict[str, Any] = {"use_case": item["use_case"], "ranking": outcome.ranking, "results": results}
         if item.get("known_fields"):
             group["known_fields"] = item["known_fields"]
         if installed:
-            group.update(_suggestions(item["use_case"], results, installed))
+            group.update(_suggestions(item["use_case"], tools, installed))
         groups.append(group)
     return {"groups": groups}

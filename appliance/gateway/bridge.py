@@ -13,115 +13,106 @@ from appliance.access import visibility
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import accounting, audit, telemetry
-from appliance.gateway.agent_search import search_for_agent
+from appliance.gateway import accounting, answers, audit, telemetry
+from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
 from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
-from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool, Toolkit
+from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.protocol.relays import LogRelay, ProgressCallback
-from appliance.search.text import MAX_QUERY_CHARS
 
-_PROJECT = {"type": "string", "description": "Project slug; needed only when a name exists in several."}
+# What these say is read by a model before every task, so each word has to help it pick and
+# call a tool; bounds that only guard the appliance (list lengths, additionalProperties) are
+# enforced from the full schemas here but left out of what tools/list shows (``published``).
+_PROJECT = {"type": "string"}  # needed only for a name in several projects; errors say so
 _RUN_SCHEMA = {
     "type": "object",
     "properties": {
-        "tool": {"type": "string", "description": "Exact tool name from search_tools."},
-        "input": {"type": "object", "description": "Arguments matching the tool's input schema."},
+        "tool": {"type": "string", "description": "Exact tool name."},
+        "input": {"type": "object"},
         "project": _PROJECT,
     },
     "required": ["tool"],
     "additionalProperties": False,
 }
+_BROWSE = {"readOnlyHint": True, "openWorldHint": False}
+# readOnlyHint is false unless said (MCP tool annotations), so the writing runners say only
+# whether they may destroy, which is what an approval prompt turns on.
 
 
 def _runner(name: str, what: str, annotations: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": name,
-        "description": f"Run a {what} tool found with search_tools (its `runner` field names this runner).",
+        "description": f"Run a {what} tool found by search_tools.",
         "inputSchema": _RUN_SCHEMA,
         "annotations": annotations,
     }
 
 
+_LIST = "Installed toolkits and tool names (call as <toolkit>__<name>); brief: by domain, one line each."
 BRIDGE_TOOLS: list[dict[str, Any]] = [
     {
         "name": "search_tools",
         "description": (
-            "Find tools for a task among all installed toolkits. Describe the outcome or name the "
-            "service; give `queries` to look for several steps at once. Each result has the exact "
-            "tool name, its runner, version, toolkit health and its full input schema."
+            "Find tools for a task (describe the outcome or name the service): each result's exact "
+            'name, runner and input, a compact schema ("type: text" properties, $ref into defs).'
         ),
         "inputSchema": {
             "type": "object",
             "properties": {
-                "query": {
-                    "type": "string",
-                    "description": f"What you want to do, or a tool name (≤ {MAX_QUERY_CHARS:,} characters).",
-                },
+                "query": {"type": "string", "description": "What to do, or a tool name."},
                 "queries": {
                     "type": "array",
                     "minItems": 1,
-                    "maxItems": 5,
-                    "description": "Instead of query: 1 to 5 use cases, results grouped by use case.",
+                    "maxItems": MAX_QUERIES,
+                    "description": f"Instead of query: up to {MAX_QUERIES} steps, results by step.",
                     "items": {
                         "type": "object",
                         "properties": {
-                            "use_case": {
-                                "type": "string",
-                                "minLength": 1,
-                                "description": f"One step of the task (≤ {MAX_QUERY_CHARS:,} characters).",
-                            },
+                            "use_case": {"type": "string", "minLength": 1},
                             "known_fields": {
                                 "type": "string",
-                                "description": "Values you already have, 'key:value' comma-separated; "
-                                "tools taking those fields rank higher.",
+                                "description": "'key:value,…' you already hold.",
                             },
                         },
                         "required": ["use_case"],
                         "additionalProperties": False,
                     },
                 },
-                "toolkit": {"type": "string", "description": "Only this toolkit."},
-                "providers": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "maxItems": 50,
-                    "description": "Only these toolkits.",
-                },
+                "toolkit": {"type": "string"},
+                "providers": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
                 "tags": {
                     "type": "array",
                     "items": {"type": "string"},
                     "maxItems": 50,
-                    "description": "Only tools in these groups (OpenAPI tags, servers).",
+                    "description": "Tool groups (OpenAPI tags).",
                 },
                 "project": _PROJECT,
-                "limit": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": 50,
-                    "description": "Results per query. Default 8.",
-                },
+                "limit": {"type": "integer", "minimum": 1, "maximum": 50},
             },
             "additionalProperties": False,
         },
-        "annotations": {"title": "Search tools", "readOnlyHint": True, "openWorldHint": False},
+        "annotations": _BROWSE,
     },
     {
         "name": "list_toolkits",
-        "description": "List installed toolkits with their project and tool names (no schemas).",
+        "description": _LIST,
         "inputSchema": {
             "type": "object",
-            "properties": {"project": {"type": "string", "description": "Only this project."}},
+            "properties": {
+                "toolkit": {"type": "string"},
+                "project": {"type": "string"},
+                "brief": {"type": "boolean"},
+            },
             "additionalProperties": False,
         },
-        "annotations": {"title": "List toolkits", "readOnlyHint": True, "openWorldHint": False},
+        "annotations": _BROWSE,
     },
     {
         "name": "describe_tools",
-        "description": "Full descriptions and input schemas for one or more exact tool names.",
+        "description": "Full schemas of exact tool names.",
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -131,55 +122,42 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
             "required": ["names"],
             "additionalProperties": False,
         },
-        "annotations": {"title": "Describe tools", "readOnlyHint": True, "openWorldHint": False},
+        "annotations": _BROWSE,
     },
     {
         "name": "read_guide",
-        "description": "Usage notes of a toolkit: concepts, conventions, how its tools fit together.",
+        "description": "A toolkit's usage notes: how its tools fit together.",
         "inputSchema": {
             "type": "object",
             "properties": {"toolkit": {"type": "string"}, "project": _PROJECT},
             "required": ["toolkit"],
             "additionalProperties": False,
         },
-        "annotations": {"title": "Read toolkit guide", "readOnlyHint": True, "openWorldHint": False},
+        "annotations": _BROWSE,
     },
-    _runner(
-        "use_tool",
-        "read-only",
-        {"title": "Use a read-only tool", "readOnlyHint": True, "openWorldHint": True},
-    ),
-    _runner(
-        "run_tool",
-        "write (non-destructive)",
-        {"title": "Run a write tool", "readOnlyHint": False, "destructiveHint": False, "openWorldHint": True},
-    ),
+    _runner("use_tool", "read-only", {"readOnlyHint": True, "openWorldHint": True}),
+    _runner("run_tool", "write", {"destructiveHint": False, "openWorldHint": True}),
     _runner(
         "run_destructive_tool",
         "destructive",
-        {
-            "title": "Run a destructive tool",
-            "readOnlyHint": False,
-            "destructiveHint": True,
-            "openWorldHint": True,
-        },
+        {"destructiveHint": True, "openWorldHint": True},
     ),
 ]
 BRIDGE_NAMES = {t["name"] for t in BRIDGE_TOOLS}
 RUNNERS = set(RUNNER_FOR_KIND.values())
 
 
-def describe(tool: Tool) -> dict[str, Any]:
-    return {
-        "name": tool.name,
-        "toolkit": tool.toolkit,
-        "project": tool.project,
-        "kind": tool.kind,
-        "runner": tool.runner,
-        "health": tool.health,
-        "description": tool.description or tool.title,
-        "input_schema": tool.input_schema,
-    }
+# Keywords that only guard the appliance: enforced, but not worth a model's tokens.
+_GUARDS = frozenset({"additionalProperties", "minItems", "maxItems", "minLength", "minimum"})
+
+
+def _published(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _published(v) for k, v in node.items() if k not in _GUARDS}
+    return node
+
+
+PUBLISHED = [{**t, "inputSchema": _published(t["inputSchema"])} for t in BRIDGE_TOOLS]
 
 
 async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
@@ -198,19 +176,13 @@ async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
 
     async with rt.db.read() as conn:
         has_guide, preloaded = await conn.batch(gather)
-    listed = [t for t in BRIDGE_TOOLS if t["name"] != "read_guide" or has_guide]
+    listed = [t for t in PUBLISHED if t["name"] != "read_guide" or has_guide]
     seen = set(BRIDGE_NAMES)
     for tool in preloaded:
         if tool.name not in seen:  # a name in two projects is listed once; calls name the project
             seen.add(tool.name)
             listed.append(tool_entry(tool, tool.name))
     return listed
-
-
-def _json_result(value: dict[str, Any]) -> CallResult:
-    from appliance.db import dumps
-
-    return CallResult(content=[{"type": "text", "text": dumps(value)}], structured=value)
 
 
 def _error_result(exc: ApplianceError) -> CallResult:
@@ -245,15 +217,29 @@ async def call_bridge(
         # own key or the operator: agents and anonymous callers cannot import).
         may_install = not principal.anonymous and principal.agent_id is None
         with telemetry.timed_search():
-            found = await search_for_agent(rt, args, describe, principal=principal, can_install=may_install)
-        return _json_result(found)
+            found = await search_for_agent(
+                rt, args, answers.result, principal=principal, can_install=may_install
+            )
+        return answers.json_result(answers.fold_search(found))
     if name == "list_toolkits":
-        return _json_result({"toolkits": await list_toolkits(rt, principal, project=args.get("project"))})
+        return answers.json_result(
+            await toolkit_listing(
+                rt,
+                principal,
+                toolkit=args.get("toolkit"),
+                project=args.get("project"),
+                brief=bool(args.get("brief")),
+            )
+        )
     if name == "describe_tools":
-        return _json_result(await describe_tools(rt, principal, args["names"], project=args.get("project")))
+        return answers.json_result(
+            await describe_tools(rt, principal, args["names"], project=args.get("project"))
+        )
     if name == "read_guide":
         try:
-            return _json_result(await read_guide(rt, principal, args["toolkit"], project=args.get("project")))
+            return answers.json_result(
+                await read_guide(rt, principal, args["toolkit"], project=args.get("project"))
+            )
         except (NotFound, InvalidParams) as exc:
             return _error_result(exc)
     try:  # the runner's target takes the one call pipeline
@@ -271,27 +257,43 @@ async def call_bridge(
         return _error_result(exc)
 
 
+def _kits_in(
+    r: SyncReader, principal: Principal, toolkit: str | None, project: str | None
+) -> tuple[list[Any], Any]:
+    scope = visibility.scope_in(r, principal)
+    kits = store.list_toolkits_in(r, project=project, scope=scope)
+    return [k for k in kits if toolkit is None or k.slug == toolkit], scope
+
+
 async def list_toolkits(
     rt: Runtime, principal: Principal, *, project: str | None = None
 ) -> list[dict[str, Any]]:
-    def gather(r: SyncReader) -> tuple[list[Toolkit], dict[int, list[str]]]:
-        scope = visibility.scope_in(r, principal)
-        kits = store.list_toolkits_in(r, project=project, scope=scope)
+    """The toolkits ``principal`` sees with their tools' full names (the admin API's listing)."""
+
+    def gather(r: SyncReader) -> tuple[list[Any], dict[int, list[str]]]:
+        kits, scope = _kits_in(r, principal, None, project)
         return kits, store.tool_names_by_toolkit_in(r, [k.id for k in kits], scope=scope)
 
     async with rt.db.read() as conn:
         kits, names = await conn.batch(gather)
-    return [
-        {
-            "toolkit": k.slug,
-            "project": k.project,
-            "title": k.title,
-            "has_guide": bool(k.guide),
-            "health": k.health,
-            "tools": names.get(k.id, []),
-        }
-        for k in kits
-    ]
+    return [{**answers.kit_fields(k), "tools": names.get(k.id, [])} for k in kits]
+
+
+async def toolkit_listing(
+    rt: Runtime, principal: Principal, *, toolkit: str | None, project: str | None, brief: bool
+) -> dict[str, Any]:
+    """``list_toolkits`` as an agent gets it: short names, or (brief) one line per tool by domain."""
+
+    def gather(r: SyncReader) -> tuple[list[Any], Any]:
+        kits, scope = _kits_in(r, principal, toolkit, project)
+        ids = [k.id for k in kits]
+        if brief:
+            return kits, store.tool_lines_by_toolkit_in(r, ids, scope=scope)
+        return kits, store.tool_names_by_toolkit_in(r, ids, scope=scope)
+
+    async with rt.db.read() as conn:
+        kits, rows = await conn.batch(gather)
+    return answers.toolkit_brief(kits, rows) if brief else answers.toolkit_index(kits, rows)
 
 
 async def describe_tools(
@@ -307,7 +309,7 @@ async def describe_tools(
     by_name: dict[str, list[Tool]] = {}
     for tool in tools:
         by_name.setdefault(tool.name, []).append(tool)
-    out: dict[str, Any] = {"tools": [describe(t) for n in wanted for t in by_name.get(n, [])]}
+    out: dict[str, Any] = {"tools": [answers.describe(t) for n in wanted for t in by_name.get(n, [])]}
     missing = [n for n in wanted if n not in by_name]
     if missing:
         out["unknown"] = missing
@@ -337,4 +339,12 @@ async def read_guide(
     return {"toolkit": kit.slug, "project": kit.project, "guide": guide}
 
 
-__all__ = ["BRIDGE_NAMES", "BRIDGE_TOOLS", "RUNNERS", "call_bridge", "list_tools", "unknown_tool"]
+__all__ = [
+    "BRIDGE_NAMES",
+    "BRIDGE_TOOLS",
+    "PUBLISHED",
+    "RUNNERS",
+    "call_bridge",
+    "list_tools",
+    "unknown_tool",
+]

@@ -18,6 +18,7 @@ from sanic.response import HTTPResponse
 from appliance.errors import InvalidParams
 from appliance.gateway import bridge, examples_import, imports, lore
 from appliance.gateway.admin import people
+from appliance.gateway.answers import describe
 from appliance.gateway.searching import check_query, search_tools
 from appliance.models import Principal
 from appliance.web.admin_routes import (  # noqa: F401 - error_response, admin_only: shared with siblings
@@ -198,4 +199,4 @@ async def search(request: Request) -> Any:
         project=request.args.get("project"),
         limit=limit,
     )
-    return {"results": [bridge.describe(t) for t in tools], "ranking": ranking}
+    return {"results": [describe(t) for t in tools], "ranking": ranking}

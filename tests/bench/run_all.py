@@ -23,6 +23,7 @@ STEPS = (
         ["hybrid_latency.py", "10000", "100000"],
     ),
     ("Appliance figures", ["figures.py"]),
+    ("Context cost: tools/list, list_toolkits and search_tools over the 14 fixture specs", ["tokens.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
     ("The stdio sandbox: cold start inside and outside, memory per sandboxed server", ["sandbox.py"]),

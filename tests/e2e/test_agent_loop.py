@@ -79,16 +79,18 @@ def test_an_sdk_client_searches_describes_and_uses_a_tool_and_the_upstream_sees_
             found = structured(await client.call_tool("search_tools", {"query": "list all pets"}))
             first = found["results"][0]
             assert first["name"] == "petstore__listPets"
-            assert (
-                first["runner"] == "use_tool" and first["kind"] == "read" and first["toolkit"] == "petstore"
-            )
-            assert "limit" in first["input_schema"]["properties"]
+            assert (first["runner"], first["kind"], first["health"]) == ("use_tool", "read", "active")
+            # compact: a plain argument reads "type: its first sentence"; describe_tools has it all
+            assert first["input"]["properties"]["limit"].startswith("integer: How many items to return")
             described = structured(
                 await client.call_tool(
                     "describe_tools", {"names": ["petstore__listPets", "petstore__createPets"]}
                 )
             )
             assert [t["name"] for t in described["tools"]] == ["petstore__listPets", "petstore__createPets"]
+            limit = described["tools"][0]["input_schema"]["properties"]["limit"]
+            assert limit["type"] == "integer" and limit["maximum"] == 100
+            assert described["tools"][0]["toolkit"] == "petstore"
             before = len(upstream.requests)
             result = await client.call_tool("use_tool", {"tool": "petstore__listPets", "input": {"limit": 1}})
             assert result.is_error is False
@@ -228,15 +230,25 @@ def test_an_unknown_tool_called_directly_is_a_32602_protocol_error(app: Applianc
 def test_list_toolkits_names_every_tool_without_schemas(app: Appliance) -> None:
     async def scenario() -> None:
         async with connect(app) as client:
-            kits = structured(await client.call_tool("list_toolkits", {}))["toolkits"]
+            result = await client.call_tool("list_toolkits", {})
+            kits = structured(result)["toolkits"]
+            assert json.loads(result.content[0].text) == {"toolkits": kits}  # one answer, both forms
             pet = next(k for k in kits if k["toolkit"] == "petstore")
             assert pet["project"] == "default"
-            assert sorted(pet["tools"]) == [
-                "petstore__createPets",
-                "petstore__listPets",
-                "petstore__showPetById",
-            ]
+            # without the prefix: the callable name is <toolkit>__<name>
+            assert sorted(pet["tools"]) == ["createPets", "listPets", "showPetById"]
             assert "input_schema" not in json.dumps(kits)
+            brief = structured(
+                await client.call_tool("list_toolkits", {"toolkit": "petstore", "brief": True})
+            )
+            [kit] = brief["toolkits"]
+            assert kit["domains"] == {
+                "pets": {
+                    "createPets": "Create a pet",
+                    "listPets": "List all pets",
+                    "showPetById": "Info for a specific pet",
+                }
+            }
 
     run(scenario())
 

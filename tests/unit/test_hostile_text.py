@@ -28,6 +28,7 @@ from appliance.catalogue import (
     naming,
     openapi,
     openapi_operation,
+    schema_compact,
     screening,
 )
 from appliance.children import spec as stdio_spec
@@ -120,6 +121,9 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "openapi._VARIABLE": lambda s: openapi._VARIABLE.sub("x", s),
     "openapi_operation._ARG_INVALID": lambda s: openapi_operation._ARG_INVALID.sub("_", s),
     "schema_translate (ref names)": lambda s: re.sub(r"[^A-Za-z0-9._-]+", "_", s),
+    "schema_compact._TAG": lambda s: schema_compact._TAG.sub(" ", s),
+    "schema_compact._SENTENCE": lambda s: schema_compact._SENTENCE.search(s),
+    "schema_compact._NAME": lambda s: schema_compact._NAME.sub("_", s),
     "openapi_call._TEMPLATE": lambda s: openapi_call._TEMPLATE.split(s),
     "guard._NUMERIC_HOST": lambda s: guard._NUMERIC_HOST.match(s),
     "http1._TOKEN": lambda s: http1._TOKEN.fullmatch(s.encode()),

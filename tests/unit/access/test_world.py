@@ -128,6 +128,15 @@ async def _check_principal(
         listed = await bridge.list_toolkits(rt, who)
         shown = {(k["project"], n) for k in listed for n in k["tools"]}
         assert shown == expected, label
+        # as an agent reads it: short names (<toolkit>__<name> to call), and the brief form
+        for brief in (False, True):
+            index = await bridge.toolkit_listing(rt, who, toolkit=None, project=None, brief=brief)
+            short = [
+                (k["project"], k["toolkit"], n)
+                for k in index["toolkits"]
+                for n in (k["tools"] if not brief else [n for d in k["domains"].values() for n in d])
+            ]
+            assert {(p, f"{slug}__{n}") for p, slug, n in short} == expected, (label, brief)
 
         # describe_tools: visible ones described, the rest "unknown" exactly like a ghost
         described = await bridge.describe_tools(rt, who, [*all_names, GHOST])

@@ -14,7 +14,8 @@ import pytest
 from appliance import config
 from appliance.errors import ArgumentsInvalid, InvalidParams
 from appliance.gateway.agent_search import parse_known_fields, search_for_agent
-from appliance.gateway.bridge import BRIDGE_TOOLS, describe
+from appliance.gateway.answers import fold_search, result
+from appliance.gateway.bridge import BRIDGE_TOOLS
 from appliance.gateway.imports import import_catalog
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -56,7 +57,7 @@ def search(
             await import_catalog(rt, str(source), slug=slug)
             spec = next(t for t in BRIDGE_TOOLS if t["name"] == "search_tools")
             validate_arguments(spec["inputSchema"], args)
-            return await search_for_agent(rt, args, describe, can_install=can_install)
+            return fold_search(await search_for_agent(rt, args, result, can_install=can_install))
         finally:
             await rt.close()
 
@@ -68,17 +69,14 @@ def test_one_query_answers_a_flat_list_with_versions_and_the_ranking(tmp_path: P
     assert out["ranking"] == "lexical"
     first = out["results"][0]
     assert first["name"] == "kit__mail_send_mail"
-    assert set(first) >= {
-        "name",
-        "toolkit",
-        "project",
-        "kind",
-        "runner",
-        "version",
-        "description",
-        "input_schema",
-        "health",
-    }
+    # compact: the toolkit is the name's prefix; the input keeps every argument, tersely
+    assert set(first) == {"name", "project", "kind", "runner", "version", "description", "input", "health"}
+    assert (first["kind"], first["runner"], first["health"]) == (
+        "read",
+        "use_tool",
+        "active",
+    )  # catalogue default
+    assert first["input"] == {"properties": {"to": "string", "subject": "string", "body": "string"}}
     assert len(first["version"]) == 12
 
 
