@@ -78,14 +78,29 @@ _ZERO_WIDTH = frozenset(
 # C0 and C1 controls but tab, line feed and carriage return (a terminal escape hides text too).
 _CONTROLS = frozenset([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), *range(0x7F, 0xA0)])
 _INVISIBLE = frozenset([*_TAGS, *_BIDI, *_ZERO_WIDTH, *_CONTROLS])
-_DROP: dict[int, None] = dict.fromkeys(_INVISIBLE)
+
+
+def _char_class(codepoints: frozenset[int]) -> str:
+    """``[...]`` of these code points as ranges (one class, no repetition: linear, in C)."""
+    runs: list[tuple[int, int]] = []
+    for cp in sorted(codepoints):
+        if runs and runs[-1][1] == cp - 1:
+            runs[-1] = (runs[-1][0], cp)
+        else:
+            runs.append((cp, cp))
+    return "[" + "".join(f"\\U{a:08x}" + (f"-\\U{b:08x}" if b > a else "") for a, b in runs) + "]"
+
+
+_INVISIBLE_CHAR = re.compile(_char_class(_INVISIBLE))
 
 
 def visible(text: str) -> str:
     """``text`` without its invisible and control characters: what an agent is shown."""
     if not text or (text.isascii() and text.isprintable()):  # the common case, no copy
         return text
-    return text.translate(_DROP)
+    if _INVISIBLE_CHAR.search(text) is None:
+        return text
+    return _INVISIBLE_CHAR.sub("", text)
 
 
 def visible_json(raw: str | bytes | None) -> str | bytes | None:
@@ -176,7 +191,8 @@ _WORD = re.compile(r"[^\W_]+")
 
 
 def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold().translate(_HOMOGLYPHS)
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return folded if folded.isascii() else folded.translate(_HOMOGLYPHS)
 
 
 def words(text: str) -> list[str]:

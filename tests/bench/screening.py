@@ -8,7 +8,7 @@ Run from the repo root: ``.venv/bin/python tests/bench/screening.py``.
   each data set's toolkits installed side by side (so names are compared across toolkits),
   with every flagged tool listed;
 - time per 1,000 tools: the whole screening (text and names) over the real tools, best of five,
-  and one call on a 1 MB hostile description.
+  and one call on a 1 MB hostile description (CPU time: a shared machine's load does not count).
 
 Prints figures; not a test (``tests/unit/catalogue/test_screening.py`` asserts the bounds).
 """
@@ -63,12 +63,12 @@ def speed() -> None:
     catalogues = real_catalogues()
     best = min(screen_catalogues(catalogues).seconds for _ in range(5))
     tools = sum(len(rows) for rows in catalogues.values())
-    print(f"\ntime per 1,000 tools (text and names, best of 5): {best / tools * 1000 * 1000:.1f} ms")
+    print(f"\nCPU time per 1,000 tools (text and names, best of 5): {best / tools * 1000 * 1000:.1f} ms")
     hostile = "ignore previous " * 65_536  # 1 MiB of rule openers that never complete
-    started = time.perf_counter()
+    started = time.process_time()
     screening.screen_tool("t", "", hostile, {})
     print(f"one 1 MiB hostile description (screened on its first {screening.SCAN_MAX:,} characters):"
-          f" {(time.perf_counter() - started) * 1000:.1f} ms")  # fmt: skip
+          f" {(time.process_time() - started) * 1000:.1f} ms CPU")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "text.match_expression": text.match_expression,
     "text.index_text": lambda s: text.index_text(s, s, s, s, {"properties": {s: {}}}, upstream_name=s),
     "naming._INVALID_RUN": lambda s: naming._INVALID_RUN.sub("_", s),
+    "screening._INVISIBLE_CHAR": lambda s: screening.visible(s + "\u200b"),
     "screening._WORD": lambda s: screening.screen_tool(s, s, s, {"properties": {s: {"description": s}}}),
     "naming._SLUG_RE": lambda s: naming._SLUG_RE.match(s),
     "openapi._VARIABLE": lambda s: openapi._VARIABLE.sub("x", s),
