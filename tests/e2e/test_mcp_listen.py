@@ -113,7 +113,11 @@ def test_a_broken_listen_stream_is_reopened_and_the_toolkit_resynced_for_what_it
 
 
 def test_a_listen_stream_does_not_keep_an_idle_stdio_child_running(tmp_path: Path) -> None:
-    control, listen_file = tmp_path / "toolset.json", tmp_path / "listens"
+    # The control files lie in the toolkit's work directory: a sandboxed stdio server
+    # (children/sandbox.py) can see and write nothing else.
+    workdir = tmp_path / "data" / "stdio" / "default.quiet"
+    workdir.mkdir(parents=True)
+    control, listen_file = workdir / "toolset.json", workdir / "listens"
     control.write_text(json.dumps({"tools": ["alpha"]}))
     env = {"TOOLSPOKE_STDIO_IDLE_S": "2"}
     with running_appliance(tmp_path / "data", env=env) as app:
