@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from appliance.db import ReadConn, Reader, WriteTx
-from appliance.lore.formats import Document
+
+if TYPE_CHECKING:  # a call's path (gateway/lore_tools.py) reads the store, never the parsers
+    from appliance.lore.formats import Document
 
 # bm25 weights of (heading, body): a heading's words count double.
 _RANK = "bm25(lore_fts, 2.0, 1.0)"

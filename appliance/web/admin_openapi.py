@@ -283,11 +283,11 @@ PATHS: dict[str, dict[str, Any]] = {
             ),
             "requestBody": {
                 "required": True,
-                "description": "A .zip or .tar(.gz) of Markdown, text, HTML and PDF files.",
-                "content": {
-                    media: {"schema": {"type": "string", "format": "binary"}}
-                    for media in ("application/zip", "application/gzip", "application/x-tar")
-                },
+                # Any Content-Type but JSON is taken (the first bytes tell zip from tar); one
+                # generic binary type is documented, which clients and fuzzers can all send.
+                "description": "A .zip or .tar(.gz) of Markdown, text, HTML and PDF files"
+                " (sent as application/zip, application/gzip or application/octet-stream).",
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
             },
         },
     },
