@@ -17,6 +17,7 @@ import re
 import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
