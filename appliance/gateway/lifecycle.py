@@ -1,6 +1,6 @@
 """The serving process's services, started in one order and stopped in the reverse one.
 
-The order, stated once (``Serving.names``; ``tests/unit/test_lifecycle.py`` holds it):
+The order, stated once (``Serving.names``; ``tests/unit/gateway/test_lifecycle.py`` holds it):
 
     before the server serves          log thread; the runtime's parts (database, vault,
                                       semantic search, ledger, egress, MCP sessions and

@@ -2,7 +2,7 @@
 
 Kept beside the routes so the two change together; ``web/admin_openapi.py`` merges ``PATHS``
 into ``/api/v1/openapi.json`` (whose tests run Schemathesis over them), and
-``tests/unit/test_ledger_openapi.py`` checks that every ledger route is described and every
+``tests/unit/web/test_admin_ledger_openapi.py`` checks that every ledger route is described and every
 description is a route.
 """
 
