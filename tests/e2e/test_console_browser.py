@@ -23,7 +23,7 @@ import pytest
 from playwright import sync_api  # the test extra; missing, this module fails: nothing is skipped
 
 from tests.support import hostile_pages
-from tests.support.servers import Appliance, import_mcp, running_appliance
+from tests.support.servers import Appliance, import_mcp, running_appliance, sandbox_reading
 
 pytestmark = pytest.mark.e2e
 
@@ -44,7 +44,8 @@ WAIT_MS = 15_000  # every wait for the page is bounded by this (Playwright's own
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     folder = tmp_path_factory.mktemp("console-browser")
-    with running_appliance(folder / "data") as running:
+    reading = sandbox_reading(folder / "tools")
+    with running_appliance(folder / "data", env=reading) as running:
         headers = {"Authorization": f"Bearer {running.key}"}
         spec = hostile_pages.openapi_spec()
         done = httpx.post(
@@ -54,7 +55,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
             timeout=30,
         )
         assert done.status_code == 201, done.text
-        connection = hostile_pages.mcp_connection(folder)
+        connection = hostile_pages.mcp_connection(folder / "tools")
         import_mcp(
             running,
             "--slug",
@@ -63,6 +64,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
             "--",
             connection["command"],
             *connection["args"],
+            env=reading,
         )
         yield running
 

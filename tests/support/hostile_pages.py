@@ -71,7 +71,9 @@ def mcp_tools() -> list[dict[str, Any]]:
 
 
 def mcp_connection(folder: Path) -> dict[str, Any]:
-    """A stdio connection to a server listing ``mcp_tools()`` (its tools file in ``folder``)."""
+    """A stdio connection to a server listing ``mcp_tools()`` (its tools file in ``folder``,
+    which the sandbox must let it read: ``servers.sandbox_reading(folder)``)."""
+    folder.mkdir(parents=True, exist_ok=True)
     tools = folder / "hostile-tools.json"
     tools.write_text(json.dumps(mcp_tools()))
     return tiny_stdio.connection(tools)

@@ -69,7 +69,13 @@ def state_files(data_dir: Path) -> dict[str, str]:
     }
 
 
-def import_mcp(app: Appliance, *args: str) -> dict[str, Any]:
+def sandbox_reading(*folders: Path) -> dict[str, str]:
+    """The environment that lets a sandboxed stdio child also read ``folders`` (a test's own
+    tools files; the data directory stays out of its view)."""
+    return {"TOOLSPOKE_STDIO_SANDBOX_READ_PATHS": ",".join([SANDBOX_READ_PATHS, *map(str, folders)])}
+
+
+def import_mcp(app: Appliance, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``toolspoke import mcp --json ARGS`` with loopback upstreams allowed; its report.
 
     The command runs in this process (click's runner): the same command and the same writes
@@ -80,7 +86,7 @@ def import_mcp(app: Appliance, *args: str) -> dict[str, Any]:
 
     from appliance.cli import main
 
-    env = {"TOOLSPOKE_DATA_DIR": str(app.data_dir), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32"}
+    env = {"TOOLSPOKE_DATA_DIR": str(app.data_dir), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32", **(env or {})}
     done = CliRunner().invoke(main, ["import", "mcp", "--json", *args], env=env, catch_exceptions=False)
     assert done.exit_code == 0, done.stderr
     return dict(json.loads(done.stdout))

@@ -8,7 +8,9 @@ the stdio connection a toolkit or a pool uses.
 With ``TINY_TOOLS`` naming a file, the tools listed are that file's JSON list (``name``,
 ``description``, ``inputSchema``), read at every ``tools/list``, so a test can poison a
 description or change one between two re-syncs; a call then answers
-``<name>:<arguments as sorted JSON>``. ``connection(tools)`` sets it.
+``<name>:<arguments as sorted JSON>``. A file named as its argument does the same
+(``connection(tools)``). A sandboxed child sees only the paths the sandbox lets it read: keep
+the file in a folder named by ``servers.sandbox_reading``, never inside the data directory.
 """
 
 from __future__ import annotations
@@ -32,13 +34,17 @@ def connection(tools: Path | None = None) -> dict[str, Any]:
     return {
         "transport": "stdio",
         "command": sys.executable,
-        "args": [str(Path(__file__).resolve())],
-        "env": {"TINY_TOOLS": str(tools)} if tools is not None else {},
+        "args": [str(Path(__file__).resolve()), *([str(tools)] if tools is not None else [])],
+        "env": {},
     }
 
 
+def _tools_file() -> str | None:
+    return sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TINY_TOOLS")
+
+
 def _listed() -> list[dict[str, Any]]:
-    path = os.environ.get("TINY_TOOLS")
+    path = _tools_file()
     if not path:
         return [HELLO]
     listed: list[dict[str, Any]] = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -55,7 +61,7 @@ def _answer(msg: dict[str, Any]) -> dict[str, Any]:
         }
     elif method == "tools/list":
         result = {"tools": _listed()}
-    elif method == "tools/call" and os.environ.get("TINY_TOOLS"):
+    elif method == "tools/call" and _tools_file():
         params = msg.get("params") or {}
         text = f"{params.get('name')}:{json.dumps(params.get('arguments') or {}, sort_keys=True)}"
         result = {"content": [{"type": "text", "text": text}]}

@@ -19,6 +19,7 @@ from appliance.gateway import imports
 from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
+from tests.support.servers import sandbox_reading
 from tests.support.worlds import KitSpec, World
 
 pytestmark = pytest.mark.inprocess
@@ -37,8 +38,8 @@ CSP_PARTS = ("default-src 'none'", "script-src 'self'", "style-src 'self'", "fra
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
-    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0"}
     folder = tmp_path_factory.mktemp("console")
+    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", **sandbox_reading(folder / "tools")}
     with served_in_process(folder / "data", env=env) as served:
         built = served.run(worlds.build(served.rt, WORLD))
         served.ctx = built  # type: ignore[attr-defined]
@@ -48,7 +49,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
         served.run(
             imports.import_mcp(
                 served.rt,
-                hostile_pages.mcp_connection(folder),
+                hostile_pages.mcp_connection(folder / "tools"),
                 slug="hostile-mcp",
                 approve_new=True,
                 importer=ann,
