@@ -86,15 +86,13 @@ def appliance_figures() -> None:
             search_text = search["content"][0]["text"]
     print("| figure | value |")
     print("|---|---|")
-    print(
-        f"| bridge tools/list (7 tools) | {len(listed)} bytes ≈ {len(listed) // 4} tokens (target ≤ 700) |"
-    )
+    print(f"| bridge tools/list (7 tools) | {len(listed)} bytes ≈ {len(listed) // 4} tokens (target ≤ 700) |")
     print(
         f"| list_toolkits, Kubernetes toolkit alone ({len(k8s['tools'])} tools) | {len(k8s_text)} bytes "
         f"≈ {len(k8s_text) // 4} tokens |"
     )
     print(f"| list_toolkits reply (k8s + demo), as the agent reads it | ≈ {len(whole_text) // 4} tokens |")
-    print(f"| search_tools reply, 8 Kubernetes results with compact schemas | ≈ {len(search_text) // 4} tokens |")
+    print(f"| search_tools reply, 8 Kubernetes results, compact | ≈ {len(search_text) // 4} tokens |")
     walls = [w for w, _ in imports]
     inner = [s for _, s in imports]
     print(
