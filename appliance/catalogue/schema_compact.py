@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import deque
 from typing import Any
 
 from appliance.catalogue.schema_values import trim
@@ -152,7 +153,9 @@ class _Folder:
         self.digest: dict[int, tuple[str, int, dict[str, Any]]] = {}
         self.seen: dict[str, int] = {}  # digest -> occurrences outside folded repeats
         self.named: dict[str, str] = {}  # digest -> def name
-        self.pending: list[tuple[str, dict[str, Any]]] = []
+        self.taken: set[str] = set()  # def names given
+        self.suffix: dict[str, int] = {}  # base name -> last number appended
+        self.pending: deque[tuple[str, dict[str, Any]]] = deque()  # defs to write, first seen first
 
     def adopt_local_defs(self, schema: dict[str, Any]) -> None:
         """A tool's own ``$defs`` (recursive definitions) join the answer's, renamed if taken;
@@ -169,11 +172,14 @@ class _Folder:
         _relink(schema, names)
 
     def _free(self, want: str) -> str:
+        """A def name from ``want``: ``body``, then ``body2``…; each base counts on from where it
+        stopped, so naming stays linear however many defs share a base."""
         base = _NAME.sub("_", want)[:40] or "def"
-        name, n = base, 1
-        while name in self.defs or name in self.named.values():
-            n += 1
-            name = f"{base}{n}"
+        name = base
+        while name in self.taken:
+            self.suffix[base] = self.suffix.get(base, 1) + 1
+            name = f"{base}{self.suffix[base]}"
+        self.taken.add(name)
         return name
 
     def _measure(self, node: dict[str, Any]) -> tuple[str, int]:
@@ -270,7 +276,7 @@ class _Folder:
         for name in list(self.defs):
             self.defs[name] = self.rewrite(self.defs[name], top=True)
         while self.pending:
-            name, body = self.pending.pop()
+            name, body = self.pending.popleft()
             self.defs[name] = self.rewrite(body, top=True)
 
 

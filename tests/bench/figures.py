@@ -92,9 +92,7 @@ def appliance_figures() -> None:
         f"≈ {len(k8s_text) // 4} tokens |"
     )
     print(f"| list_toolkits reply (k8s + demo), as the agent reads it | ≈ {len(whole_text) // 4} tokens |")
-    print(
-        f"| search_tools reply, 8 Kubernetes results with compact schemas | ≈ {len(search_text) // 4} tokens |"
-    )
+    print(f"| search_tools reply, 8 Kubernetes results, compact | ≈ {len(search_text) // 4} tokens |")
     walls = [w for w, _ in imports]
     inner = [s for _, s in imports]
     print(

@@ -163,3 +163,27 @@ def test_keywords_that_only_bound_or_decorate_are_left_to_describe_tools() -> No
             "map": {"type": "object", "additionalProperties": {"type": "string"}},
         },
     }
+
+
+def test_deep_and_many_fold_in_linear_work_without_recursion_trouble() -> None:
+    deep: dict[str, Any] = {"type": "string", "enum": ["leaf"]}
+    for _ in range(240):  # about what orjson stores (it refuses nesting past 255)
+        deep = {"type": "array", "items": deep}
+    (small,), _ = fold([compact({"type": "object", "properties": {"x": deep}})])
+    node = small["properties"]["x"]
+    for _ in range(240):
+        node = node["items"]
+    assert node == {"type": "string", "enum": ["leaf"]}
+    # 2,000 different repeated objects all under one property name: each gets its own def name
+    many = [
+        {
+            "type": "object",
+            "properties": {
+                "x": {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "d"}}}
+            },
+        }
+        for i in range(2_000)
+    ]
+    schemas, defs = fold([compact(s) for s in many + many])
+    assert len(defs) == 2_000 and {"x", "x2", "x2000"} <= set(defs)
+    assert schemas[0]["properties"]["x"] == {"$ref": "#/defs/x"}
