@@ -25,10 +25,8 @@ def default_migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-# Numbers handed to parallel branches that none of them needed: never used (8, 9). Numbers
-# handed out beside each other in one session (13 to 17) may be present or absent, so any of
-# those branches lands first without a gap; once all have merged the entries are moot.
-_RESERVED: frozenset[int] = frozenset({8, 9, 13, 14, 15, 16, 17})
+# Numbers handed to parallel branches in session 3 that none of them needed: never used.
+_RESERVED: frozenset[int] = frozenset({8, 9})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:
