@@ -55,9 +55,10 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check appliance tests build
 	$(BIN)/mypy
 
-# Two workers (pytest-xdist), each taking whole files so that a module's shared appliance
-# stays in one process: most tests wait on real servers and processes, not on the CPU.
-TEST_WORKERS ?= 2
+# Three workers (pytest-xdist) on a 2-core machine, each taking whole files so that a module's
+# shared appliance stays in one process: most tests wait on real servers and processes, not on
+# the CPU (the whole suite: 535 s of pytest on two workers, 415 s on three, same machine).
+TEST_WORKERS ?= 3
 unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
