@@ -59,6 +59,13 @@ def _print_report(report: Any, as_json: bool) -> None:
         )
 
 
+def _imported(
+    data_dir: str | None, config_file: str | None, as_json: bool, work: Callable[[Any], Awaitable[Any]]
+) -> None:
+    """Run one import and print its report; a refusal prints its skipped list first."""
+    _print_report(operate(data_dir, config_file, _reporting_refusal(work)), as_json)
+
+
 def _reporting_refusal(work: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
     """An import refused for having nothing usable prints its skipped-operations report first,
     so the operator sees why every operation was dropped (the error line follows)."""
@@ -102,16 +109,14 @@ def import_openapi(
     """Import an OpenAPI 3.x or Swagger 2.0 spec from a file or an http(s) URL."""
     from appliance.gateway import imports
 
-    report = operate(
+    _imported(
         data_dir,
         config_file,
-        _reporting_refusal(
-            lambda rt: imports.import_openapi(
-                rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
-            )
+        as_json,
+        lambda rt: imports.import_openapi(
+            rt, source, slug=slug, project=project, base_url=base_url, dry_run=dry_run, replace=replace
         ),
     )
-    _print_report(report, as_json)
 
 
 @import_.command("catalog")
@@ -134,16 +139,14 @@ def import_catalog(
     """Import tool definitions (JSONL: toolkit, name, description, input_schema) for search only."""
     from appliance.gateway import imports
 
-    report = operate(
+    _imported(
         data_dir,
         config_file,
-        _reporting_refusal(
-            lambda rt: imports.import_catalog(
-                rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
-            )
+        as_json,
+        lambda rt: imports.import_catalog(
+            rt, source, slug=slug, project=project, dry_run=dry_run, replace=replace
         ),
     )
-    _print_report(report, as_json)
 
 
 @import_.command("lore")
@@ -169,16 +172,14 @@ def import_lore(
     Lore toolkit; importing again over the same slug updates it in place."""
     from appliance.gateway import lore
 
-    report = operate(
+    _imported(
         data_dir,
         config_file,
-        _reporting_refusal(
-            lambda rt: lore.import_lore(
-                rt, source, slug=slug, project=project, dry_run=dry_run, skip_unreadable=skip_unreadable
-            )
+        as_json,
+        lambda rt: lore.import_lore(
+            rt, source, slug=slug, project=project, dry_run=dry_run, skip_unreadable=skip_unreadable
         ),
     )
-    _print_report(report, as_json)
 
 
 @import_.command("examples")
@@ -217,23 +218,21 @@ def import_examples(
     """
     from appliance.gateway import examples_import
 
-    report = operate(
+    _imported(
         data_dir,
         config_file,
-        _reporting_refusal(
-            lambda rt: examples_import.import_examples(
-                rt,
-                source,
-                slug=slug,
-                project=project,
-                fmt=fmt,
-                base_url=base_url,
-                dry_run=dry_run,
-                replace=replace,
-            )
+        as_json,
+        lambda rt: examples_import.import_examples(
+            rt,
+            source,
+            slug=slug,
+            project=project,
+            fmt=fmt,
+            base_url=base_url,
+            dry_run=dry_run,
+            replace=replace,
         ),
     )
-    _print_report(report, as_json)
 
 
 def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
