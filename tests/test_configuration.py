@@ -76,7 +76,7 @@ def test_an_unknown_toml_key_is_refused(tmp_path: Path) -> None:
 def test_the_settings_table_in_configuration_md_is_the_generated_one() -> None:
     text = DOC.read_text(encoding="utf-8")
     assert config.with_table(text) == text, (
-        "docs/configuration.md is out of step with appliance/config.py: "
+        "docs/configuration.md is out of step with appliance/config/settings.py: "
         "run `python -m appliance.config --update`"
     )
 

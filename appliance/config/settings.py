@@ -1,142 +1,19 @@
-"""Settings, each declared once: defaults < toml file < environment < CLI flags.
+"""The declarations: one ``Settings`` field per setting, grouped by area.
 
-A setting is one field of ``Settings``: its name is the TOML key, its annotation the type,
-and ``_setting`` gives the environment variable, the default, the parser (bounds included)
-and the help text. Everything else derives from that one declaration: ``SETTINGS`` (what
-``load`` parses), ``flag_help`` (a command-line flag's help) and the table in
-``docs/configuration.md`` (``python -m appliance.config --markdown`` prints it, ``--update
-FILE`` rewrites it in place; a test fails when the document is out of step).
-
-This is the only module that reads the environment. ``load`` is called once per process
-(by the CLI) and returns a frozen ``Settings``; everything else receives it. Every
-credential is a ``Secret``: a repr of the settings, a log line or a traceback shows none.
+A field's name is its TOML key and its annotation its type; ``_setting`` gives the environment
+variable, the default, the parser (bounds included, from ``values``) and the help text.
+``SETTINGS`` is what the loader, the flags' help and the documentation table read.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import sys
-import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from appliance.errors import ConfigError
+from appliance.config import values
 from appliance.secret import Secret
-
-
-def _bool(raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"expected true/false, got {raw!r}")
-
-
-def _csv(raw: Any) -> tuple[str, ...]:
-    items = [str(x) for x in raw] if isinstance(raw, list | tuple) else str(raw).split(",")
-    return tuple(x.strip() for x in items if x.strip())
-
-
-def _cidrs(raw: Any) -> tuple[str, ...]:
-    out = []
-    for item in _csv(raw):
-        if item in ("*", "0.0.0.0/0", "::/0"):
-            # A wildcard would switch the SSRF guard off; name each network instead.
-            raise ValueError(f"{item!r} would allow every address; list the networks you mean")
-        out.append(str(ipaddress.ip_network(item, strict=False)))
-    return tuple(out)
-
-
-def _abs_paths(raw: Any) -> tuple[str, ...]:
-    paths = _csv(raw)
-    for path in paths:
-        if not os.path.isabs(path) or "\0" in path:
-            raise ValueError(f"{path!r} is not an absolute path")
-    return tuple(os.path.normpath(p) for p in paths)
-
-
-def _port(raw: Any) -> int:
-    value = int(raw)
-    if not 0 <= value <= 65535:
-        raise ValueError("must be between 0 and 65535")
-    return value
-
-
-def _positive(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def parse(raw: Any) -> Any:
-        value = kind(raw)
-        if value <= 0:
-            raise ValueError("must be greater than 0")
-        return value
-
-    return parse
-
-
-def _non_negative(kind: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def parse(raw: Any) -> Any:
-        value = kind(raw)
-        if value < 0:
-            raise ValueError("must be 0 or greater")
-        return value
-
-    return parse
-
-
-def _at_least(floor: float) -> Callable[[Any], float]:
-    def parse(raw: Any) -> float:
-        value = float(raw)
-        if not value >= floor:  # NaN too
-            raise ValueError(f"must be at least {floor:g}")
-        return value
-
-    return parse
-
-
-def _secret(raw: Any) -> Secret:
-    return Secret(str(raw))
-
-
-def _stripped_secret(raw: Any) -> Secret:
-    return Secret(str(raw).strip())
-
-
-def _upper(raw: Any) -> str:
-    return str(raw).upper()
-
-
-def _metrics_key(raw: Any) -> Secret:
-    value = str(raw).strip()
-    if len(value) < 16:  # a guessable key would make the check decoration
-        raise ValueError("must be at least 16 characters")
-    return Secret(value)
-
-
-def _synchronous(raw: Any) -> str:
-    value = str(raw).strip().upper()
-    if value not in ("FULL", "NORMAL"):
-        raise ValueError("must be FULL or NORMAL")
-    return value
-
-
-def _choice(*allowed: str) -> Callable[[Any], str]:
-    def parse(raw: Any) -> str:
-        value = str(raw).strip().lower()
-        if value not in allowed:
-            raise ValueError(f"expected one of {', '.join(allowed)}, got {raw!r}")
-        return value
-
-    return parse
-
-
-def _default_data_dir() -> str:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return str(Path(base) / "toolspoke")
 
 
 @dataclass(frozen=True)
@@ -178,27 +55,27 @@ class Settings:
     port: int = _setting(
         "TOOLSPOKE_PORT",
         8765,
-        _port,
+        values.port,
         "TCP port `serve` listens on (0 picks a free port).",
     )
     admin_key: Secret | None = _setting(
         "TOOLSPOKE_ADMIN_KEY",
         None,
-        _secret,
+        values.secret,
         "Admin API key that `init` installs instead of generating one (for automation). Stored hashed; "
         "never printed back.",
     )
     master_key: Secret | None = _setting(
         "TOOLSPOKE_MASTER_KEY",
         None,
-        _stripped_secret,
+        values.stripped_secret,
         "The vault's master key (64 hex characters) instead of the `master.key` file in the data dir. "
         "When the vault holds secrets, a missing, malformed or wrong key stops start-up.",
     )
     api_key: Secret | None = _setting(
         "TOOLSPOKE_API_KEY",
         None,
-        _secret,
+        values.secret,
         "The API key `toolspoke stdio` acts with (a desktop client's config passes it in the "
         "environment). Checked on every request, so revoking it takes effect at once.",
     )
@@ -206,21 +83,21 @@ class Settings:
     allowed_origins: tuple[str, ...] = _setting(
         "TOOLSPOKE_ALLOWED_ORIGINS",
         (),
-        _csv,
+        values.csv_list,
         "Extra browser origins allowed on the MCP endpoint (comma-separated). Loopback origins are always "
         "allowed; any other Origin gets 403.",
     )
     allowed_hosts: tuple[str, ...] = _setting(
         "TOOLSPOKE_ALLOWED_HOSTS",
         (),
-        _csv,
+        values.csv_list,
         "Extra Host header values accepted (comma-separated), e.g. a reverse proxy's name. Loopback names "
         "are always accepted; others get 421 (DNS-rebinding defence).",
     )
     allowed_tool_cidrs: tuple[str, ...] = _setting(
         "ALLOWED_TOOL_CIDRS",
         (),
-        _cidrs,
+        values.cidrs,
         "Networks (CIDR, comma-separated) that tool calls may reach although they are not public, e.g. "
         "127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
     )
@@ -228,32 +105,32 @@ class Settings:
     upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",
         30.0,
-        _positive(float),
+        values.positive(float),
         "Total deadline in seconds for one upstream call, connect to last byte.",
     )
     upstream_max_bytes: int = _setting(
         "TOOLSPOKE_UPSTREAM_MAX_BYTES",
         262144,
-        _positive(int),
+        values.positive(int),
         "Largest upstream response body accepted, in bytes (decoded); larger is upstream_too_large.",
     )
     max_request_bytes: int = _setting(
         "TOOLSPOKE_MAX_REQUEST_BYTES",
         4 * 1024 * 1024,
-        _positive(int),
+        values.positive(int),
         "Largest request body the HTTP server accepts, in bytes (413 above).",
     )
     shutdown_grace_s: float = _setting(
         "TOOLSPOKE_SHUTDOWN_GRACE_S",
         15.0,
-        _positive(float),
+        values.positive(float),
         "Seconds `serve` gives calls in flight to finish after SIGTERM (new connections are refused at "
         "once); calls still running then are cut off, audited `interrupted`.",
     )
     request_head_timeout_s: float = _setting(
         "TOOLSPOKE_REQUEST_HEAD_TIMEOUT_S",
         10.0,
-        _positive(float),
+        values.positive(float),
         "Seconds a client has to send a complete request head (request line and headers), counted from "
         "the connection's opening (first request) or from the head's first byte (later requests on a "
         "kept-alive connection), however slowly its bytes trickle in. Later: 408 and the connection "
@@ -262,7 +139,7 @@ class Settings:
     max_connections: int = _setting(
         "TOOLSPOKE_MAX_CONNECTIONS",
         1000,
-        _positive(int),
+        values.positive(int),
         "Most client connections `serve` holds open at once; one more is answered 503 "
         "`too_many_connections` (`Retry-After: 1`) before anything is read, and closed. Keep it under the "
         "process's open-file limit (`ulimit -n`).",
@@ -270,7 +147,7 @@ class Settings:
     max_connections_per_address: int = _setting(
         "TOOLSPOKE_MAX_CONNECTIONS_PER_ADDRESS",
         256,
-        _positive(int),
+        values.positive(int),
         "Most connections one client address (the TCP peer) may hold open at once; one more is answered "
         "503 and closed. Behind a reverse proxy every connection has the proxy's address: raise it (up to "
         "`max_connections`) there.",
@@ -279,13 +156,13 @@ class Settings:
     import_max_bytes: int = _setting(
         "TOOLSPOKE_IMPORT_MAX_BYTES",
         32 * 1024 * 1024,
-        _positive(int),
+        values.positive(int),
         "Largest OpenAPI document or catalogue file accepted by an import, in bytes.",
     )
     screen_tools: bool = _setting(
         "TOOLSPOKE_SCREEN_TOOLS",
         True,
-        _bool,
+        values.boolean,
         "Screen every imported and re-synced tool's name, description and schema for text aimed at the "
         "model (hidden instructions, steering of other tools, requests for secrets, invisible characters, "
         "imitation names) and hold a flagged tool pending with its reasons until an owner approves it "
@@ -295,40 +172,40 @@ class Settings:
     lore_max_files: int = _setting(
         "TOOLSPOKE_LORE_MAX_FILES",
         10_000,
-        _positive(int),
+        values.positive(int),
         "Most files a Lore knowledge base (a folder or an archive) may hold; more refuses the import.",
     )
     lore_max_bytes: int = _setting(
         "TOOLSPOKE_LORE_MAX_BYTES",
         512 * 1024 * 1024,
-        _positive(int),
+        values.positive(int),
         "Most bytes a Lore knowledge base's files may hold in all, uncompressed (an archive that "
         "expands past it is refused); one file is at most `import_max_bytes`.",
     )
     lore_chunk_chars: int = _setting(
         "TOOLSPOKE_LORE_CHUNK_CHARS",
         1_500,
-        _positive(int),
+        values.positive(int),
         "Longest chunk of a Lore document, in characters: `search_lore` finds and quotes chunks, "
         "cut at headings and then at paragraph breaks.",
     )
     search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
         8,
-        _positive(int),
+        values.positive(int),
         "Results `search_tools` returns when the caller gives no limit.",
     )
     search_max_limit: int = _setting(
         "TOOLSPOKE_SEARCH_MAX_LIMIT",
         50,
-        _positive(int),
+        values.positive(int),
         "Upper bound on `limit` for `search_tools` and `toolspoke search`.",
     )
     # -- semantic search (gateway/semantic.py; docs/search.md) ---------------------------------
     embeddings: str = _setting(
         "TOOLSPOKE_EMBEDDINGS",
         "none",
-        _choice("none", "local", "openai"),
+        values.choice("none", "local", "openai"),
         "Embedding provider for semantic re-rank: `none` (lexical only), `local` (the bundled "
         "all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible `/v1/embeddings`).",
     )
@@ -350,45 +227,45 @@ class Settings:
     embeddings_api_key: Secret | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_API_KEY",
         None,
-        _secret,
+        values.secret,
         "Bearer key for the embeddings endpoint; never logged or returned.",
     )
     openrouter_api_key: Secret | None = _setting(
         "OPENROUTER_API_KEY",
         None,
-        _secret,
+        values.secret,
         "OpenRouter key: with `embeddings = openai` and no URL or key of its own, OpenRouter is used.",
     )
     embeddings_dimensions: int | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_DIMENSIONS",
         None,
-        _positive(int),
+        values.positive(int),
         "Dimensions to ask the endpoint for (OpenAI's `dimensions`); a reply of another size is an error.",
     )
     embeddings_timeout_s: float = _setting(
         "TOOLSPOKE_EMBEDDINGS_TIMEOUT_S",
         1.0,
-        _positive(float),
+        values.positive(float),
         "Deadline for embedding one search query; past it the search answers lexically.",
     )
     embeddings_breaker_s: float = _setting(
         "TOOLSPOKE_EMBEDDINGS_BREAKER_S",
         30.0,
-        _non_negative(float),
+        values.non_negative(float),
         "After a provider error or timeout, seconds during which searches skip the provider (lexical) "
         "before trying it again.",
     )
     semantic_search: bool = _setting(
         "SEMANTIC_SEARCH",
         True,
-        _bool,
+        values.boolean,
         "Kill switch for the semantic pass at start-up. At run time `toolspoke semantic on|off` or `PUT "
         "/api/v1/search/semantic` overrides it with no restart.",
     )
     search_log_queries: bool = _setting(
         "TOOLSPOKE_SEARCH_LOG_QUERIES",
         False,
-        _bool,
+        values.boolean,
         "Log the text of zero-result and low-score searches (off: only that one happened is logged and "
         "counted).",
     )
@@ -396,26 +273,26 @@ class Settings:
     session_ttl_s: float = _setting(
         "TOOLSPOKE_SESSION_TTL_S",
         3600.0,
-        _positive(float),
+        values.positive(float),
         "Idle seconds after which a legacy (2025) MCP session expires; the client then gets 404.",
     )
     max_sessions: int = _setting(
         "TOOLSPOKE_MAX_SESSIONS",
         10000,
-        _positive(int),
+        values.positive(int),
         "Most legacy MCP sessions held at once; the least recently used is dropped beyond it.",
     )
     max_sessions_per_key: int = _setting(
         "TOOLSPOKE_MAX_SESSIONS_PER_KEY",
         100,
-        _positive(int),
+        values.positive(int),
         "Most legacy MCP sessions one API key may hold; a new one drops that key's least recently used "
         "session, never another key's.",
     )
     max_streams_per_key: int = _setting(
         "TOOLSPOKE_MAX_STREAMS_PER_KEY",
         16,
-        _positive(int),
+        values.positive(int),
         "Most legacy SSE streams (`GET /sse`) one API key may hold open at once; one more is refused with "
         "429 `too_many_streams`.",
     )
@@ -423,41 +300,41 @@ class Settings:
     console_idle_minutes: float = _setting(
         "TOOLSPOKE_CONSOLE_IDLE_MINUTES",
         30.0,
-        _positive(float),
+        values.positive(float),
         "Minutes a console session may go unused before it ends; each page it loads renews it.",
     )
     console_session_hours: float = _setting(
         "TOOLSPOKE_CONSOLE_SESSION_HOURS",
         12.0,
-        _positive(float),
+        values.positive(float),
         "Hours a console session lasts at most, however much it is used; then its user signs in again.",
     )
     # -- local stdio MCP toolkits (children/processes.py) --------------------------------------
     stdio_allowed_commands: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_ALLOWED_COMMANDS",
         ("npx", "uvx", "node", "python3", "python", "deno"),
-        _csv,
+        values.csv_list,
         "Executables a local stdio MCP toolkit may run (comma-separated basenames); anything else is "
         "refused at import.",
     )
     stdio_inherit_env: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_INHERIT_ENV",
         ("PATH", "HOME"),
-        _csv,
+        values.csv_list,
         "Names of the gateway's own environment variables a stdio child inherits; nothing else leaks in. "
         "Per-toolkit variables are given at import (`--env K=V`).",
     )
     stdio_idle_s: float = _setting(
         "TOOLSPOKE_STDIO_IDLE_S",
         600.0,
-        _positive(float),
+        values.positive(float),
         "Seconds without traffic after which a stdio upstream process is stopped; the next call starts it "
         "again.",
     )
     stdio_start_timeout_s: float = _setting(
         "TOOLSPOKE_STDIO_START_TIMEOUT_S",
         60.0,
-        _positive(float),
+        values.positive(float),
         "Seconds a stdio upstream may take to answer its first message (npx may be installing a package); "
         "until then it is `starting`, not broken.",
     )
@@ -465,7 +342,7 @@ class Settings:
     stdio_sandbox: str = _setting(
         "TOOLSPOKE_STDIO_SANDBOX",
         "auto",
-        _choice("auto", "require", "off"),
+        values.choice("auto", "require", "off"),
         "Confine every stdio MCP server with bubblewrap (system read-only, its own work directory and "
         "HOME, no network, resource limits). `auto`: wherever bubblewrap works, plain processes (with a "
         "warning) elsewhere; `require`: refuse to start a stdio server without the sandbox; `off`: never. "
@@ -474,7 +351,7 @@ class Settings:
     stdio_sandbox_read_paths: tuple[str, ...] = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_READ_PATHS",
         (),
-        _abs_paths,
+        values.abs_paths,
         "Absolute paths (comma-separated) a sandboxed server may read besides the system directories: "
         "where a locally installed server's code lives (e.g. a node_modules folder outside /usr and /opt). "
         "The data directory stays hidden even below one of them.",
@@ -482,45 +359,45 @@ class Settings:
     stdio_sandbox_memory_mb: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_MEMORY_MB",
         4096,
-        _non_negative(int),
+        values.non_negative(int),
         "Address space of each sandboxed process in MiB (RLIMIT_AS; node reserves more than it uses); "
         "0: no limit.",
     )
     stdio_sandbox_cpu_s: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_CPU_S",
         3600,
-        _non_negative(int),
+        values.non_negative(int),
         "CPU seconds a sandboxed server process may use over its life (RLIMIT_CPU); 0: no limit.",
     )
     stdio_sandbox_processes: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_PROCESSES",
         256,
-        _non_negative(int),
+        values.non_negative(int),
         "Processes and threads one sandboxed server may have at once (RLIMIT_NPROC in its own user "
         "namespace); 0: no limit.",
     )
     stdio_sandbox_open_files: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_OPEN_FILES",
         1024,
-        _non_negative(int),
+        values.non_negative(int),
         "Open descriptors per sandboxed process (RLIMIT_NOFILE); 0: no limit.",
     )
     stdio_sandbox_file_mb: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_FILE_MB",
         1024,
-        _non_negative(int),
+        values.non_negative(int),
         "Largest file a sandboxed server may write, in MiB (RLIMIT_FSIZE); 0: no limit.",
     )
     stdio_sandbox_tmp_mb: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_TMP_MB",
         64,
-        _positive(int),
+        values.positive(int),
         "Size of a sandboxed server's private /tmp in MiB (memory-backed).",
     )
     stdio_sandbox_uid_base: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_UID_BASE",
         200000,
-        _positive(int),
+        values.positive(int),
         "When the gateway runs as root: the first of the 65536 unprivileged uids sandboxed servers run as, "
         "one per toolkit (the kernel does not apply process limits to root); each toolkit's directories "
         "are given to its uid.",
@@ -529,7 +406,7 @@ class Settings:
     health_interval_s: float = _setting(
         "TOOLSPOKE_HEALTH_INTERVAL_S",
         30.0,
-        _non_negative(float),
+        values.non_negative(float),
         "Seconds between health probes of every upstream toolkit (MCP: `ping` or `server/discover`; "
         "OpenAPI: DNS and TCP connect only). 0 turns probes off, and with them the fast `upstream_broken` "
         "refusal.",
@@ -537,40 +414,40 @@ class Settings:
     health_timeout_s: float = _setting(
         "TOOLSPOKE_HEALTH_TIMEOUT_S",
         10.0,
-        _positive(float),
+        values.positive(float),
         "Deadline in seconds for one health probe; a probe that misses it counts as a failure.",
     )
     health_slow_s: float = _setting(
         "TOOLSPOKE_HEALTH_SLOW_S",
         5.0,
-        _positive(float),
+        values.positive(float),
         "A probe answered later than this many seconds is slow; slow answers in a row make a toolkit "
         "`degraded`, one alone changes nothing.",
     )
     health_degraded_after: int = _setting(
         "TOOLSPOKE_HEALTH_DEGRADED_AFTER",
         2,
-        _positive(int),
+        values.positive(int),
         "Consecutive failed (or slow) probes after which an active toolkit becomes `degraded`.",
     )
     health_broken_after: int = _setting(
         "TOOLSPOKE_HEALTH_BROKEN_AFTER",
         4,
-        _positive(int),
+        values.positive(int),
         "Consecutive failures after which a toolkit becomes `broken`: its tools then answer at once with "
         "`upstream_broken` until probes see it recover.",
     )
     health_recover_after: int = _setting(
         "TOOLSPOKE_HEALTH_RECOVER_AFTER",
         2,
-        _positive(int),
+        values.positive(int),
         "Consecutive successful probes after which a degraded or broken toolkit is `active` again.",
     )
     # -- MCP re-sync and import limits (gateway/sync_schedule.py) ------------------------------
     mcp_resync_s: float = _setting(
         "TOOLSPOKE_MCP_RESYNC_S",
         3600.0,
-        _non_negative(float),
+        values.non_negative(float),
         "Seconds between periodic re-syncs of every MCP toolkit's tool list (0: off). New upstream tools "
         "arrive pending, vanished ones are disabled, changed ones go back to pending; a "
         "`tools/list_changed` notification from a pooled session and `toolspoke sync` re-sync too.",
@@ -578,7 +455,7 @@ class Settings:
     imports_per_hour: int = _setting(
         "TOOLSPOKE_IMPORTS_PER_HOUR",
         10,
-        _non_negative(int),
+        values.non_negative(int),
         "Imports one user may start through the admin API per sliding hour (the CLI is not limited); the "
         "next one is refused (HTTP 429, `rate_limited`) with `retry_after_s`, the seconds to wait.",
     )
@@ -586,14 +463,14 @@ class Settings:
     default_fee: float = _setting(
         "TOOLSPOKE_DEFAULT_FEE",
         1.0,
-        _non_negative(float),
+        values.non_negative(float),
         "Credits a non-owner call to a toolkit costs when its owner set no fee (at most 3 decimals; 0: "
         "free).",
     )
     rate_limit: int = _setting(
         "TOOLSPOKE_RATE_LIMIT",
         120,
-        _positive(int),
+        values.positive(int),
         "Tool calls one agent (or, without an agent, one key) may make per "
         "`TOOLSPOKE_RATE_LIMIT_WINDOW_S`: a burst of this many, then an even trickle (GCRA). Beyond it: "
         "`-32001` with `retry_after_s`.",
@@ -601,13 +478,13 @@ class Settings:
     rate_limit_window_s: float = _setting(
         "TOOLSPOKE_RATE_LIMIT_WINDOW_S",
         60.0,
-        _positive(float),
+        values.positive(float),
         "The period, in seconds, that `TOOLSPOKE_RATE_LIMIT` and `TOOLSPOKE_BROWSE_RATE_LIMIT` count over.",
     )
     browse_rate_limit: int = _setting(
         "TOOLSPOKE_BROWSE_RATE_LIMIT",
         600,
-        _positive(int),
+        values.positive(int),
         "search_tools, list_toolkits, describe_tools and read_guide calls, and the MCP methods "
         "`tools/list`, `initialize`, `ping`, `server/discover` and `logging/setLevel`, one identity may "
         "make per window: free and unaudited, but limited so nobody can flood the gateway.",
@@ -615,14 +492,14 @@ class Settings:
     audit_retention_days: float = _setting(
         "TOOLSPOKE_AUDIT_RETENTION_DAYS",
         90.0,
-        _non_negative(float),
+        values.non_negative(float),
         "Days an audit row (call history) is kept; older rows are pruned hourly. 0 keeps them forever. "
         "Ledger entries are never pruned: balances derive from them.",
     )
     db_synchronous: str = _setting(
         "TOOLSPOKE_DB_SYNCHRONOUS",
         "FULL",
-        _synchronous,
+        values.synchronous,
         "SQLite `synchronous` for every write: FULL (each commit, charges and audit rows included, is on "
         "disk before a call is answered: survives power loss) or NORMAL (survives kill -9 and crashes of "
         "the process, but a power loss or OS crash may drop the last commits; calls answer ~an fsync "
@@ -631,7 +508,7 @@ class Settings:
     min_free_disk_bytes: int = _setting(
         "TOOLSPOKE_MIN_FREE_DISK_BYTES",
         32 * 1024 * 1024,
-        _positive(int),
+        values.positive(int),
         "Free space (for an unprivileged user, as `df` shows it) the data directory's disk must keep for "
         "tool calls to be sent. Below it, every tool call is refused before anything leaves (-32003 "
         "`storage_unavailable`, `data.sent: false`, nothing charged) and `/readyz` answers 503, until "
@@ -641,14 +518,14 @@ class Settings:
     idempotency_retention_h: float = _setting(
         "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",
         24.0,
-        _at_least(24.0),
+        values.at_least(24.0),
         "Hours an idempotency key (`_meta` `toolspoke/idempotencyKey` on tools/call) and its stored "
         "result are kept; older keys are pruned and may be used again. At least 24.",
     )
     metrics_key: Secret | None = _setting(
         "TOOLSPOKE_METRICS_KEY",
         None,
-        _metrics_key,
+        values.metrics_key,
         "A bearer key (16 characters or more) for `/metrics` (a scraper's, so it needs no admin key). "
         "When set, `/metrics` needs it or an admin key; unset, `/metrics` is open on a loopback bind and "
         "needs an admin key on any other.",
@@ -657,7 +534,7 @@ class Settings:
     demo: bool = _setting(
         "TOOLSPOKE_DEMO",
         True,
-        _bool,
+        values.boolean,
         "Serve the built-in demo API and install it as the `demo` toolkit, so that a fresh appliance has "
         "a tool whose calls really work with no internet, on every face (`/mcp`, `toolspoke stdio`, "
         "`toolspoke call`), with or without `serve` running.",
@@ -665,7 +542,7 @@ class Settings:
     log_level: str = _setting(
         "TOOLSPOKE_LOG_LEVEL",
         "INFO",
-        _upper,
+        values.upper,
         "Log level: DEBUG, INFO, WARNING or ERROR.",
     )
 
@@ -685,109 +562,3 @@ class Settings:
 
 SETTINGS: tuple[Setting, ...] = tuple(Setting(f.name, *f.metadata[_DECLARED]) for f in fields(Settings))
 _BY_NAME = {s.name: s for s in SETTINGS}
-
-
-def _parse(setting: Setting, raw: Any, source: str) -> Any:
-    if raw is None:
-        return None
-    try:
-        return setting.parse(raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"setting {setting.name} ({source}): {exc}", field=setting.name) from None
-
-
-def load(
-    cli: Mapping[str, Any] | None = None,
-    env: Mapping[str, str] | None = None,
-    config_file: str | None = None,
-) -> Settings:
-    """Resolve every setting; later sources win: default, toml file, environment, CLI."""
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {s.name: s.default for s in SETTINGS}
-    path = config_file or env.get("TOOLSPOKE_CONFIG")
-    if path:
-        try:
-            with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-        for key, raw in doc.items():
-            setting = _BY_NAME.get(key)
-            if setting is None:
-                raise ConfigError(f"config file {path}: unknown setting {key!r}", field=key)
-            values[key] = _parse(setting, raw, path)
-    for setting in SETTINGS:
-        if setting.env in env:
-            values[setting.name] = _parse(setting, env[setting.env], setting.env)
-    for key, raw in (cli or {}).items():
-        if raw is not None:
-            values[key] = _parse(_BY_NAME[key], raw, "command line")
-    if not values["data_dir"]:
-        values["data_dir"] = _default_data_dir()
-    values["data_dir"] = str(Path(values["data_dir"]).expanduser().resolve())
-    return Settings(**values)
-
-
-def environment_snapshot(names: tuple[str, ...]) -> dict[str, str]:
-    """The named environment variables that are set: what a stdio upstream may inherit."""
-    return {n: os.environ[n] for n in names if n in os.environ}
-
-
-def flag_help(name: str) -> str:
-    """A command-line flag's help: the setting's own text, and where else it can be set."""
-    setting = _BY_NAME[name]
-    default = "" if setting.default is None else f"; default {_shown(setting.default)}"
-    return f"{setting.help} Also {setting.env}{default}."
-
-
-# -- the table in docs/configuration.md ------------------------------------------------------
-
-TABLE_START = "<!-- settings: generated from appliance/config.py by `python -m appliance.config --update` -->"
-TABLE_END = "<!-- end of settings -->"
-
-
-def _shown(default: Any) -> str:
-    if default is None:
-        return "(unset)"
-    if isinstance(default, bool):
-        return "true" if default else "false"
-    if isinstance(default, tuple):
-        return ", ".join(default) or "(empty)"
-    return str(default)
-
-
-def markdown_table() -> str:
-    """The settings table of ``docs/configuration.md``, one row per setting, in order."""
-    rows = ["| TOML key | environment variable | default | meaning |", "|---|---|---|---|"]
-    for s in SETTINGS:
-        meaning = s.help.replace("|", "\\|")  # a bare bar would end the cell
-        rows.append(f"| `{s.name}` | `{s.env}` | {_shown(s.default)} | {meaning} |")
-    return "\n".join(rows) + "\n"
-
-
-def with_table(document: str) -> str:
-    """``document`` with the text between the table's markers replaced by the current table."""
-    start, end = document.find(TABLE_START), document.find(TABLE_END)
-    if start < 0 or end < start:
-        raise ValueError(f"the document lacks the markers {TABLE_START!r} … {TABLE_END!r}")
-    # blank lines around the table: a comment line next to it would end or start it early
-    return f"{document[: start + len(TABLE_START)]}\n\n{markdown_table()}\n{document[end:]}"
-
-
-def _main(argv: list[str]) -> int:
-    if argv == ["--markdown"]:
-        sys.stdout.write(markdown_table())
-        return 0
-    if argv[:1] == ["--update"] and len(argv) <= 2:
-        # By default the source tree's own document (beside the package, in a checkout).
-        target = Path(argv[1]) if len(argv) == 2 else Path(__file__).parents[1] / "docs" / "configuration.md"
-        target.write_text(with_table(target.read_text(encoding="utf-8")), encoding="utf-8")
-        return 0
-    sys.stderr.write("usage: python -m appliance.config --markdown | --update [FILE]\n")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
