@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,13 +22,19 @@ from appliance import __version__
 from appliance.access import keys
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
-from tests.support.servers import ADMIN_KEY, FIXTURES, PetstoreUpstream, cli
+from tests.support import servers
+from tests.support.servers import ADMIN_KEY, FIXTURES, PetstoreUpstream
 
 PETSTORE = FIXTURES / "oai-v3.0-petstore.yaml"
 LOCAL = {"ALLOWED_TOOL_CIDRS": "127.0.0.1/32"}
 NO_LOCAL = {"ALLOWED_TOOL_CIDRS": ""}
 PET_TOOLS = {"listPets", "createPets", "showPetById"}
 KEY_LINE = re.compile(r"^tsk_[A-Za-z0-9_-]{40,}$")
+
+
+def cli(data_dir: Path, *args: str, **options: Any) -> subprocess.CompletedProcess[str]:
+    """A new process per command, as a user runs it (elsewhere commands run in the test's process)."""
+    return servers.cli(data_dir, *args, process=True, **options)
 
 
 @pytest.fixture(scope="module")

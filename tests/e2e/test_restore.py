@@ -65,7 +65,7 @@ def _copy(sealed: tuple[Path, Path], tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_restore_help_says_it_always_replaces_keeps_the_old_database_and_has_no_force(tmp_path: Path) -> None:
-    shown = cli(tmp_path / "data", "restore", "--help")
+    shown = cli(tmp_path / "data", "restore", "--help", process=True)  # the help as a terminal shows it
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
     assert "restore [OPTIONS] BACKUP" in text

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import queue
 import re
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,13 +52,70 @@ def cli(
     env: dict[str, str] | None = None,
     timeout: float = 60,
     command: list[str] | None = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the toolspoke CLI as a user would (a new process), bounded by ``timeout``."""
-    full_env = {**os.environ, "TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
+    """Run the toolspoke CLI on ``data_dir``: its exit code, standard output and standard error.
+
+    By default in this process (click's runner): the same command, the same reads and writes of
+    the data directory, the same exit code and output, without a Python start and the
+    appliance's imports (most of a second each, more on a loaded machine). ``process=True`` (or
+    a ``command``, e.g. the binary) runs a new process, bounded by ``timeout``: for what only a
+    process shows (the entry point, signals, locks held by a process that dies, standard input)."""
+    full_env = {"TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
+    if not process and command is None and not _SERVES.intersection(args[:1]):
+        return _cli_here(list(args), full_env)
     cmd = command or [sys.executable, "-m", "appliance"]
     return subprocess.run(
-        [*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO, check=False
+        [*cmd, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **full_env},
+        timeout=timeout,
+        cwd=REPO,
+        check=False,
     )
+
+
+# The long-running faces: a process of their own, as a user starts them.
+_SERVES = {"serve", "stdio"}
+# click's runner swaps the process's standard streams and environment while a command runs:
+# one command at a time, whichever thread asks.
+_CLI_HERE = threading.Lock()
+
+
+class _CurrentStderr:
+    """Whatever ``sys.stderr`` is when written to: the runner's capture while a command runs."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def _cli_here(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+
+    # A one-shot command configures no logging, so in a process of its own Python's last-resort
+    # handler prints its warnings on standard error; here the test run's handlers would take
+    # them. The same handler, for the command's time, keeps them in what the test reads.
+    last_resort = logging.StreamHandler(_CurrentStderr())
+    last_resort.setLevel(logging.WARNING)
+    with _CLI_HERE:
+        logging.root.addHandler(last_resort)
+        try:
+            done = CliRunner().invoke(main, args, env=env, prog_name="toolspoke")
+        finally:
+            logging.root.removeHandler(last_resort)
+    stderr = done.stderr
+    code = done.exit_code
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        # What a process would print: the traceback, on standard error, and exit 1.
+        stderr += "".join(traceback.format_exception(done.exception))
+        code = 1
+    return subprocess.CompletedProcess(["toolspoke", *args], code, done.stdout, stderr)
 
 
 def state_files(data_dir: Path) -> dict[str, str]:
@@ -109,15 +168,8 @@ def running_appliance(
         **(env or {}),
     }
     cmd = command or [sys.executable, "-m", "appliance"]
-    init = subprocess.run(
-        [*cmd, "init"],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=start_timeout,
-        cwd=REPO,
-        check=False,
-    )
+    # `init` in this process unless a command (the binary) is given: serve is the process here.
+    init = cli(data_dir, "init", env=full_env, timeout=start_timeout, command=command)
     assert init.returncode == 0, init.stderr
     proc = subprocess.Popen(
         [*cmd, "serve", "--port", "0"],
