@@ -44,7 +44,7 @@ def backfill(batch: int, data_dir: str | None, config_file: str | None, as_json:
     click.echo(
         f"{report.embedded} of {report.tools} tools embedded with {report.model} in {report.seconds:.1f}s "
         f"({report.tools_per_s:.0f} tools/s); {report.reused} reused from identical texts, "
-        f"{report.removed} stale vectors removed"
+        f"{report.removed} stale vectors removed; {report.passages} Lore passages embedded"
     )
 
 

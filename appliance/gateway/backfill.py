@@ -1,4 +1,5 @@
-"""Backfill: embed the tools that need it, in small batches, resumable, never blocking serving.
+"""Backfill: embed the tools and Lore passages that need it, in small batches, resumable,
+never blocking serving.
 
 The database is the only progress record: each batch's vectors are committed with the hash of
 their text, and the next plan skips every tool whose stored model and hash match. A crash loses
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from appliance.db import SyncReader
 from appliance.errors import ConfigError
 from appliance.gateway.runtime import Runtime
+from appliance.lore import vectors as lore_vectors
 from appliance.search import vectors
 from appliance.search.embedders import EmbeddingError
 
@@ -46,6 +48,7 @@ class BackfillReport:
     reused: int  # vectors copied from a tool with the same text (a re-imported toolkit)
     removed: int  # stale vectors of deleted tools dropped
     seconds: float
+    passages: int = 0  # Lore passages embedded by this run (lore/vectors.py)
 
     @property
     def tools_per_s(self) -> float:
@@ -93,7 +96,27 @@ async def backfill(rt: Runtime, *, batch: int = BATCH, on_progress: Progress | N
             on_progress(done, len(todo))
     async with rt.db.write() as tx:
         removed = await vectors.sweep(tx)
-    return BackfillReport(model_id, total, len(todo), done, copied, removed, time.perf_counter() - started)
+    passages = await _embed_passages(rt, model_id, batch, deadline)
+    seconds = time.perf_counter() - started
+    return BackfillReport(model_id, total, len(todo), done, copied, removed, seconds, passages)
+
+
+async def _embed_passages(rt: Runtime, model_id: str, batch: int, deadline: float) -> int:
+    """Embed every Lore passage that lacks a vector of ``model_id``, a batch at a time; each
+    batch is planned afresh, so passages a re-import removed meanwhile are never embedded."""
+    provider = rt.semantic.provider
+    assert provider is not None  # checked by the caller
+    done = 0
+    while True:
+        async with rt.db.read() as conn:
+            todo = await conn.batch(lambda r: lore_vectors.todo_in(r, model_id, limit=max(1, batch)))
+        if not todo:
+            return done
+        rows = await provider.embed([t.text for t in todo], timeout_s=deadline)
+        blobs = [row.astype("<f4").tobytes() for row in rows]
+        async with rt.db.write() as tx:
+            await lore_vectors.store(tx, model_id, list(zip(todo, blobs, strict=True)))
+        done += len(todo)
 
 
 class BackfillTask:
@@ -129,11 +152,13 @@ class BackfillTask:
             try:
                 if full or await self._anything_missing():
                     report = await backfill(self.rt)
-                    if report.embedded or report.removed:
+                    if report.embedded or report.removed or report.passages:
                         self.last = report
                         log.info(
-                            "backfill: %d tools embedded, %d stale vectors removed in %.1f s",
+                            "backfill: %d tools and %d Lore passages embedded, %d stale vectors removed"
+                            " in %.1f s",
                             report.embedded,
+                            report.passages,
                             report.removed,
                             report.seconds,
                         )
@@ -157,5 +182,8 @@ class BackfillTask:
         if model_id is None:
             return False
         async with self.rt.db.read() as conn:
-            missing = await conn.batch(lambda r: vectors.unembedded_toolkits_in(r, model_id))
-        return bool(missing)
+            return await conn.batch(lambda r: _missing_in(r, model_id))
+
+
+def _missing_in(reader: SyncReader, model_id: str) -> bool:
+    return bool(vectors.unembedded_toolkits_in(reader, model_id)) or lore_vectors.missing_in(reader, model_id)

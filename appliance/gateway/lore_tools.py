@@ -15,10 +15,11 @@ from typing import Any
 import orjson
 
 from appliance.errors import UpstreamError
+from appliance.gateway import lore_search
 from appliance.gateway.runtime import Runtime
 from appliance.lore import store as lore_store
 from appliance.models import CallResult, Kind, Tool
-from appliance.search.text import MAX_QUERY_CHARS, match_expression
+from appliance.search.text import MAX_QUERY_CHARS
 
 SEARCH, LIST, READ = "search_lore", "list_documents", "read_document"
 DEFAULT_PASSAGES, MAX_PASSAGES = 8, 50
@@ -89,10 +90,10 @@ async def answer(rt: Runtime, tool: Tool, arguments: dict[str, Any], *, max_byte
     """One call of a Lore tool; the arguments were validated against its schema already."""
     action = (tool.binding or {}).get("lore")
     value: dict[str, Any] | None
+    if action == SEARCH:  # ranks in two reads around the query's embedding (lore_search.py)
+        return _answered(await _search(rt, tool.toolkit_id, arguments, max_bytes))
     async with rt.db.read() as conn:
-        if action == SEARCH:
-            value = await _search(conn, tool.toolkit_id, arguments, max_bytes)
-        elif action == LIST:
+        if action == LIST:
             value = await _list(conn, tool.toolkit_id, arguments, max_bytes)
         elif action == READ:
             value = await _read(conn, tool.toolkit_id, arguments, max_bytes)
@@ -104,6 +105,10 @@ async def answer(rt: Runtime, tool: Tool, arguments: dict[str, Any], *, max_byte
             is_error=True,
             meta={"reason": "not_found"},
         )
+    return _answered(value)
+
+
+def _answered(value: dict[str, Any]) -> CallResult:
     return CallResult(content=[{"type": "text", "text": orjson.dumps(value).decode()}], structured=value)
 
 
@@ -111,14 +116,11 @@ def _fits(value: Any, max_bytes: int) -> bool:
     return len(orjson.dumps(value)) <= max_bytes
 
 
-async def _search(conn: Any, toolkit_id: int, args: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+async def _search(rt: Runtime, toolkit_id: int, args: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     query = str(args["query"])
     limit = min(int(args.get("limit") or DEFAULT_PASSAGES), MAX_PASSAGES)
-    match = match_expression(query)
-    passages: list[dict[str, Any]] = []
-    if match is not None:
-        passages = await conn.batch(lambda r: lore_store.search_in(r, toolkit_id, match, limit=limit))
-    value: dict[str, Any] = {"query": query, "passages": passages}
+    passages, ranking = await lore_search.passages(rt, toolkit_id, query, limit=limit)
+    value: dict[str, Any] = {"query": query, "ranking": ranking, "passages": passages}
     while passages and not _fits(value, max_bytes):
         passages.pop()  # the least relevant go first; a snippet is short, so few ever do
         value["truncated"] = True

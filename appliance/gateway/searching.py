@@ -187,8 +187,7 @@ def _narrowest(a: Collection[int] | None, b: Collection[int] | None) -> set[int]
 def _why_not_semantic(reader: SyncReader, model_id: str | None, setting_on: bool, ranking: Ranking) -> str:
     if model_id is None:
         return "" if ranking in ("auto", "lexical") else "no_provider"
-    switch = vectors.semantic_switch_setting_in(reader)
-    on = setting_on if switch is None else switch != "off"
+    on = vectors.semantic_on_in(reader, setting_on)
     # An explicit request (eval --ranking) ignores the switch; agents' searches (and
     # `search --explain`, which shows what they get) obey it.
     if not on and ranking == "auto":

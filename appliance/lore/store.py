@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # a call's path (gateway/lore_tools.py) reads the store, neve
 # bm25 weights of (heading, body): a heading's words count double.
 _RANK = "bm25(lore_fts, 2.0, 1.0)"
 SNIPPET_OPEN, SNIPPET_CLOSE = "«", "»"
+# A snippet's 32 tokens; for a passage found by meaning alone, its opening words instead (read
+# from at most _OPENING characters of it).
+_OPENING_WORDS, _OPENING = 32, 400
 
 
 @dataclass(frozen=True)
@@ -135,12 +138,18 @@ async def optimize(tx: WriteTx) -> None:
 
 
 def search_in(conn: Reader, toolkit_id: int, match: str, *, limit: int) -> list[dict[str, Any]]:
-    """The best chunks of one toolkit for an FTS5 ``match`` expression (already made safe).
+    """The best chunks of one toolkit for an FTS5 ``match`` expression (already made safe)."""
+    return passages_in(conn, ranked_in(conn, toolkit_id, match, limit=limit), match)
 
-    Three statements in one hop: the ranking alone, then snippets and documents for the few
-    rows kept; computed in the ranking statement, a snippet was made for every matching chunk
-    before the sort. (A toolkit token ANDed into the MATCH cost more than the filter below: FTS5
-    walked the toolkit's whole doclist for every query, 4 ms at 12,000 chunks.)
+
+def ranked_in(conn: Reader, toolkit_id: int, match: str, *, limit: int) -> list[tuple[int, float]]:
+    """The ids of one toolkit's best chunks for ``match``, best first, with their BM25 score
+    (higher is better).
+
+    The ranking alone: snippets and documents are fetched for the few rows kept
+    (``passages_in``); computed here, a snippet was made for every matching chunk before the
+    sort. (A toolkit token ANDed into the MATCH cost more than the filter below: FTS5 walked
+    the toolkit's whole doclist for every query, 4 ms at 12,000 chunks.)
     """
     ranked = conn.all(
         f"SELECT lore_fts.rowid AS id, {_RANK} AS rank"
@@ -149,20 +158,30 @@ def search_in(conn: Reader, toolkit_id: int, match: str, *, limit: int) -> list[
         " WHERE lore_fts MATCH ? AND c.toolkit_id = ? ORDER BY rank LIMIT ?",
         (match, toolkit_id, limit),
     )
-    if not ranked:
+    return [(int(r["id"]), -float(r["rank"])) for r in ranked]
+
+
+def passages_in(conn: Reader, scored: Sequence[tuple[int, float]], match: str | None) -> list[dict[str, Any]]:
+    """The passages of ``scored`` chunks (id, score), in that order: document, heading,
+    position and a snippet (the words of ``match`` marked; a chunk found by meaning alone, or
+    with no ``match``, shows its opening words)."""
+    if not scored:
         return []
-    ids = orjson.dumps([int(r["id"]) for r in ranked]).decode()
-    snippets = conn.all(
-        f"SELECT rowid AS id, snippet(lore_fts, 1, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '…', 32) AS snippet"
-        " FROM lore_fts WHERE lore_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-        (match, ids),
-    )
+    ids = orjson.dumps([chunk_id for chunk_id, _ in scored]).decode()
+    quoted: dict[int, str] = {}
+    if match is not None:
+        snippets = conn.all(
+            f"SELECT rowid AS id, snippet(lore_fts, 1, '{SNIPPET_OPEN}', '{SNIPPET_CLOSE}', '…', 32)"
+            " AS snippet FROM lore_fts WHERE lore_fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
+            (match, ids),
+        )
+        quoted = {int(s["id"]): s["snippet"] for s in snippets}
     rows = conn.all(
-        "SELECT c.id, c.document_id, d.path, d.title, c.heading, c.start, c.length FROM lore_chunks c"
+        "SELECT c.id, c.document_id, d.path, d.title, c.heading, c.start, c.length,"
+        f" substr(d.body, c.start + 1, min(c.length, {_OPENING})) AS opening FROM lore_chunks c"
         " JOIN lore_documents d ON d.id = c.document_id WHERE c.id IN (SELECT value FROM json_each(?))",
         (ids,),
     )
-    quoted = {int(s["id"]): s["snippet"] for s in snippets}
     found = {int(r["id"]): r for r in rows}
     return [
         {
@@ -172,12 +191,19 @@ def search_in(conn: Reader, toolkit_id: int, match: str, *, limit: int) -> list[
             "heading": r["heading"],
             "offset": int(r["start"]),
             "length": int(r["length"]),
-            "snippet": quoted.get(int(r["id"]), ""),
-            "score": round(-float(rank["rank"]), 4),
+            "snippet": quoted.get(chunk_id) or _opening(r["opening"]),
+            "score": round(score, 4),
         }
-        for rank in ranked
-        if (r := found.get(int(rank["id"]))) is not None
+        for chunk_id, score in scored
+        if (r := found.get(chunk_id)) is not None
     ]
+
+
+def _opening(text: str) -> str:
+    """A chunk's first words, as long as a snippet, cut at a word."""
+    words = text.split()
+    shown = " ".join(words[:_OPENING_WORDS])
+    return shown + ("…" if len(words) > _OPENING_WORDS else "")
 
 
 async def list_documents(

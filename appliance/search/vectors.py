@@ -395,6 +395,12 @@ def semantic_switch_setting_in(conn: SyncReader) -> str | None:
     return None if row is None else str(row[0])
 
 
+def semantic_on_in(conn: SyncReader, setting_on: bool) -> bool:
+    """Whether the semantic pass is on: the kill switch where it was ever set, else the setting."""
+    switch = semantic_switch_setting_in(conn)
+    return setting_on if switch is None else switch != "off"
+
+
 async def set_semantic_switch(tx: WriteTx, on: bool) -> None:
     await tx.run(
         "INSERT INTO search_state (key, value) VALUES ('semantic', ?)"

@@ -13,9 +13,16 @@ from appliance.gateway.runtime import Runtime
 T = TypeVar("T")
 
 
-def on_runtime(tmp_path: Path, work: Callable[[Runtime], Awaitable[T]], *, timeout_s: float = 60) -> T:
-    """``work`` on a Runtime over ``tmp_path / "data"`` (default settings), within ``timeout_s``."""
-    settings = config.load(cli={"data_dir": str(tmp_path / "data")}, env={})
+def on_runtime(
+    tmp_path: Path,
+    work: Callable[[Runtime], Awaitable[T]],
+    *,
+    timeout_s: float = 60,
+    env: dict[str, str] | None = None,
+) -> T:
+    """``work`` on a Runtime over ``tmp_path / "data"`` (default settings, or those ``env``
+    gives), within ``timeout_s``."""
+    settings = config.load(cli={"data_dir": str(tmp_path / "data")}, env=env or {})
 
     async def main() -> T:
         rt = Runtime(settings)

@@ -115,7 +115,7 @@ def test_time_grows_linearly_with_the_input(make) -> None:  # type: ignore[no-un
     def cost(n: int) -> float:
         path, data = make(n)
         best = float("inf")
-        for _ in range(3):
+        for _ in range(5):  # the best of five: a loaded machine slows some runs, never speeds one
             started = time.perf_counter()
             _parse(path, data, chunk=200)
             best = min(best, time.perf_counter() - started)
