@@ -16,11 +16,11 @@ import httpx
 import pytest
 
 from appliance.gateway.admin import ledger
-from tests.support import worlds
+from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
 from tests.support.worlds import KitSpec, World
-from tests.web.test_console import assert_console_headers, csrf_of, signed_in
+from tests.web.test_console import _assert_inert, assert_console_headers, csrf_of, signed_in
 
 pytestmark = pytest.mark.inprocess
 
@@ -32,6 +32,7 @@ WORLD = World(
         KitSpec("bravo", "default", owner=1, visibility="published", active=[True, True], words="invoice"),
         KitSpec("charlie", "default", owner=1, active=[True], words="invoice"),
         KitSpec("dflt", "default", owner=None, default=True, active=[True], words="invoice"),
+        KitSpec("evil", "default", owner=1, visibility="published", active=[True], words=hostile_pages.TEXT),
     ],
 )
 HOSTILE_AGENT = "<img src=x onerror=alert(1)>"
@@ -87,6 +88,12 @@ def test_a_user_lists_and_opens_their_own_agents_and_never_another_users(app: In
     assert (
         f'href="{agent_path(app, 0)}"' in listing.text and f'href="{agent_path(app, 1)}"' not in listing.text
     )
+    row = re.search(rf'href="{agent_path(app, 0)}">a0</a></td>\s*((?:<td>[^<]*</td>\s*){{3}})', listing.text)
+    assert row and re.findall(r"<td>([^<]*)</td>", row.group(1)) == [
+        "0",
+        "1",
+        "0",
+    ]  # grants, live keys, preload
     assert ann.get(agent_path(app, 0)).status_code == 200
     bobs = agent_path(app, 1)
     for answer in (
@@ -190,7 +197,8 @@ def test_the_playground_answers_what_the_agents_own_search_would(app: InProcess)
     assert "agent a1 (of u1)" in page.text and "Lexical rank" in page.text and "BM25" in page.text
     mine = admin.get("/console/search", params={"q": "invoice operation"})
     # an admin's own search is an admin key's: published, defaults, the platform's; not ann's private one
-    assert sorted(shown_results(mine.text)) == ["bravo__t0", "bravo__t1", "dflt__t0"]
+    assert {"bravo__t0", "dflt__t0"} <= set(shown_results(mine.text))
+    assert "alpha__t0" not in shown_results(mine.text)
     bob, _ = signed_in(app, built(app).user_keys[1])
     own = bob.get("/console/search", params={"q": "invoice operation", "agent": str(bob_agent)})
     assert shown_results(own.text) == expected  # a user searches as their own agent too
@@ -319,3 +327,42 @@ def test_every_new_page_has_the_nav_and_labels_every_control(app: InProcess) -> 
         assert ids <= labelled, (path, ids - labelled)
         assert not hidden, (path, hidden)
     assert csrf_of(admin.get("/console/agents"))
+
+
+def test_every_form_of_these_pages_refuses_a_post_without_its_csrf_token(app: InProcess) -> None:
+    admin, _ = signed_in(app, app.key)
+    agent, user = agent_path(app, 0), f"/console/users/{built(app).user_ids[0]}"
+    before = [
+        admin.get(p).text.split("</header>")[1] for p in (agent, user, "/console/agents", "/console/users")
+    ]
+    for path in (
+        "/console/agents",
+        *(f"{agent}/{action}" for action in ("grant", "opt-out", "preload", "keys", "revoke")),
+        f"{agent}/grants/1/save",
+        f"{agent}/grants/1/remove",
+        "/console/users",
+        *(f"{user}/{action}" for action in ("admin", "credit", "void", "revoke")),
+        "/console/settings/semantic",
+    ):
+        refused = admin.post(path, data={"name": "x", "toolkit": "default/alpha", "amount": "1"})
+        assert refused.status_code == 403 and "CSRF" in refused.text, path
+    after = [
+        admin.get(p).text.split("</header>")[1] for p in (agent, user, "/console/agents", "/console/users")
+    ]
+    assert after == before
+
+
+def test_hostile_tool_text_stays_text_on_the_grant_and_search_pages(app: InProcess) -> None:
+    ann, csrf = signed_in(app, built(app).user_keys[0])
+    path = agent_path(app, 0)
+    made = ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/evil"})
+    assert made.status_code == 303
+    grant = ann.get(made.headers["location"]).text
+    searched = ann.get(
+        "/console/search", params={"q": "operation number", "agent": str(built(app).agent_ids[0])}
+    )
+    assert "evil__t0" in shown_results(searched.text)
+    for text in (grant, searched.text, ann.get(path).text):
+        _assert_inert(text)
+    assert "&lt;script&gt;window.__pwned" in grant and "&lt;script&gt;window.__pwned" in searched.text
+    ann.post(made.headers["location"].split("?")[0] + "/remove", data={"csrf": csrf})

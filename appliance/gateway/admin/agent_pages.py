@@ -27,7 +27,7 @@ PRELOAD_MAX = 1000
 
 
 async def agent_rows(rt: Runtime, actor: Principal) -> list[dict[str, Any]]:
-    """Every agent ``actor`` manages, with its user's name and how many grants and live keys it has."""
+    """Every agent ``actor`` manages, with its user's name, its grant count and live key count."""
     agents = await people.list_agents(rt, actor)
     users = {actor.user_id: actor.name}
     if actor.is_admin or actor.operator:
@@ -38,8 +38,8 @@ async def agent_rows(rt: Runtime, actor: Principal) -> list[dict[str, Any]]:
         {
             **agent,
             "user": users.get(agent["user_id"], ""),
-            "grants": sum(1 for g in held if g["agent_id"] == agent["id"]),
-            "keys": sum(1 for k in listed if k["agent_id"] == agent["id"] and not k["revoked_at"]),
+            "grant_count": sum(1 for g in held if g["agent_id"] == agent["id"]),
+            "live_keys": sum(1 for k in listed if k["agent_id"] == agent["id"] and not k["revoked_at"]),
         }
         for agent in agents
     ]
