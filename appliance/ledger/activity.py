@@ -1,10 +1,12 @@
 """The audit log summed up for the overview: calls per minute, outcomes, top tools, spend per
 toolkit and per agent, over a recent window.
 
-Every statement is a range over ``at`` (migration 18's covering index ``audit_overview``
-holds every column these read, so a month of calls is summed from the index alone, never the
-table). A viewer who is not an admin sees the rows of their own calls and of calls to their
-toolkits only: ``Seen`` carries that, as the owner's id and their toolkit ids.
+Every statement reads one of migration 18's covering indexes alone, never the table's rows:
+the last hour and day are a range over ``audit_overview`` (led by the time); the 30 days of
+spend a pass over ``audit_spend_by_toolkit`` or ``audit_spend_by_caller``, which hold the paid
+rows only in the order of their groups, so summing them needs no sort. A viewer who is not
+an admin sees the rows of their own calls and of calls to their toolkits only: ``Seen``
+carries that, as the owner's id and their toolkit ids.
 """
 
 from __future__ import annotations
@@ -72,26 +74,36 @@ def top_tools_in(r: SyncReader, seen: Seen, since: float, *, limit: int = TOP) -
     ]
 
 
-def spend_in(r: SyncReader, seen: Seen, since: float, recent: float) -> list[dict[str, Any]]:
-    """Fees charged since ``since`` (and since ``recent``, a later start) per toolkit and
-    caller (an agent, or a user's own key): one range over the index; grouping them by
-    toolkit or by caller is the caller's."""
+def spend_by_toolkit_in(
+    r: SyncReader, seen: Seen, since: float, recent: float, *, limit: int = TOP
+) -> list[dict[str, Any]]:
+    """The toolkits that charged most since ``since``: their fees since then and since
+    ``recent`` (a later start), in millicredits."""
+    return _spend(r, seen, since, recent, "audit_spend_by_toolkit", ("toolkit_id",), limit)
+
+
+def spend_by_caller_in(
+    r: SyncReader, seen: Seen, since: float, recent: float, *, limit: int = TOP
+) -> list[dict[str, Any]]:
+    """The callers (an agent, or a user's own key: agent_id None) charged most since ``since``."""
+    return _spend(r, seen, since, recent, "audit_spend_by_caller", ("agent_id", "user_id"), limit)
+
+
+def _spend(
+    r: SyncReader, seen: Seen, since: float, recent: float, index: str, keys: tuple[str, ...], limit: int
+) -> list[dict[str, Any]]:
+    # The index holds paid rows only, ordered by the group: a pass without a sort.
     where, params = _where(seen, since)
+    columns = ", ".join(keys)
     rows = r.all(
-        "SELECT toolkit_id, agent_id, user_id, sum(fee_milli) AS total,"
+        f"SELECT {columns}, sum(fee_milli) AS total,"
         " sum(CASE WHEN at >= ? THEN fee_milli ELSE 0 END) AS recent"
-        f" FROM audit_log INDEXED BY audit_overview WHERE {where} AND fee_milli > 0"
-        " GROUP BY toolkit_id, agent_id, user_id",
-        [recent, *params],
+        f" FROM audit_log INDEXED BY {index} WHERE {where} AND fee_milli > 0"
+        f" GROUP BY {columns} ORDER BY total DESC, {columns} LIMIT ?",
+        [recent, *params, limit],
     )
     return [
-        {
-            "toolkit_id": row[0],
-            "agent_id": row[1],
-            "user_id": row[2],
-            "total_milli": int(row[3]),
-            "recent_milli": int(row[4]),
-        }
+        {**{k: row[k] for k in keys}, "total_milli": int(row["total"]), "recent_milli": int(row["recent"])}
         for row in rows
     ]
 

@@ -191,7 +191,34 @@ def test_4_a_call_through_mcp_shows_in_the_history_and_the_overview(
     flow.watched.assert_nothing_ran()
 
 
-def test_5_revoke_the_key_and_the_next_call_is_refused_then_sign_out(
+def test_5_every_control_of_the_new_pages_is_labelled_and_reached_with_visible_focus(
+    app: Appliance, flow: Flow
+) -> None:
+    page = flow.page
+    for path in (
+        "/console/overview",
+        "/console/agents",
+        "/console/users",
+        "/console/search?q=hit",
+        "/console/settings",
+    ):
+        page.goto(app.base_url + path)
+        unlabelled = page.evaluate(
+            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                             && !e.textContent.trim()).map(e => e.outerHTML)"""
+        )
+        assert unlabelled == [], (path, unlabelled)
+    page.get_by_label("Semantic search on").focus()
+    page.keyboard.press("Tab")
+    focused = page.evaluate(
+        "() => [document.activeElement.textContent, getComputedStyle(document.activeElement).outlineStyle]"
+    )
+    assert focused == ["Save", "solid"], focused
+    flow.watched.assert_nothing_ran()
+
+
+def test_6_revoke_the_key_and_the_next_call_is_refused_then_sign_out(
     app: Appliance, flow: Flow, upstream: MeteredUpstream
 ) -> None:
     page = flow.page

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from appliance.access import grants as grant_rules
 from appliance.access import principals, visibility
 from appliance.catalogue import store
 from appliance.db import SyncReader
@@ -32,13 +33,14 @@ async def agent_rows(rt: Runtime, actor: Principal) -> list[dict[str, Any]]:
     users = {actor.user_id: actor.name}
     if actor.is_admin or actor.operator:
         users = {u["id"]: u["name"] for u in await people.list_users(rt, actor)}
-    held = await grants.list_grants(rt, actor)
+    async with rt.db.read() as conn:
+        held = await grant_rules.grant_counts(conn, actor)
     listed = await keys.list_keys(rt, actor)
     return [
         {
             **agent,
             "user": users.get(agent["user_id"], ""),
-            "grant_count": sum(1 for g in held if g["agent_id"] == agent["id"]),
+            "grant_count": held.get(agent["id"], 0),
             "live_keys": sum(1 for k in listed if k["agent_id"] == agent["id"] and not k["revoked_at"]),
         }
         for agent in agents

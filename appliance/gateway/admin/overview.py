@@ -47,17 +47,6 @@ def _minutes(found: dict[int, tuple[int, int, int]], now: float) -> list[dict[st
     return out
 
 
-def _spend(rows: list[dict[str, Any]], key: Any) -> list[dict[str, Any]]:
-    """Rows summed by ``key`` (a row → a hashable), the biggest spenders of the 30 days first."""
-    sums: dict[Any, list[int]] = {}
-    for row in rows:
-        total = sums.setdefault(key(row), [0, 0])
-        total[0] += row["total_milli"]
-        total[1] += row["recent_milli"]
-    ranked = sorted(sums.items(), key=lambda item: (-item[1][0], str(item[0])))[:TOP]
-    return [{"key": k, "month_milli": m, "day_milli": d} for k, (m, d) in ranked]
-
-
 def _gather(r: SyncReader, actor: Principal, now: float) -> dict[str, Any]:
     owner = principals.managed_owner(actor)
     seen = activity.Seen()
@@ -66,11 +55,18 @@ def _gather(r: SyncReader, actor: Principal, now: float) -> dict[str, Any]:
     minutes = activity.per_minute_in(r, seen, now - MINUTES * 60)
     day = activity.outcomes_in(r, seen, now - DAY_S)
     top = activity.top_tools_in(r, seen, now - DAY_S, limit=TOP)
-    spend = activity.spend_in(r, seen, now - MONTH_S, now - DAY_S)
-    by_kit = _spend(spend, lambda row: row["toolkit_id"])
-    by_caller = _spend(
-        spend, lambda row: ("agent", row["agent_id"]) if row["agent_id"] else ("user", row["user_id"])
-    )
+    by_kit = [
+        {"key": row["toolkit_id"], "month_milli": row["total_milli"], "day_milli": row["recent_milli"]}
+        for row in activity.spend_by_toolkit_in(r, seen, now - MONTH_S, now - DAY_S, limit=TOP)
+    ]
+    by_caller = [
+        {
+            "key": ("agent", row["agent_id"]) if row["agent_id"] is not None else ("user", row["user_id"]),
+            "month_milli": row["total_milli"],
+            "day_milli": row["recent_milli"],
+        }
+        for row in activity.spend_by_caller_in(r, seen, now - MONTH_S, now - DAY_S, limit=TOP)
+    ]
     names = activity.names_in(
         r,
         toolkits=[t["toolkit_id"] for t in top if t["toolkit_id"] is not None]

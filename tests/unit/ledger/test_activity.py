@@ -1,6 +1,7 @@
 """The overview's sums over the audit log (ledger/activity.py) read migration 18's covering
-index alone: each statement's plan is a range over ``audit_overview`` and never a lookup of
-the table's rows, whoever the viewer."""
+indexes alone, whoever the viewer: the hour and the day a range over ``audit_overview``, the
+30 days of spend a pass over a paid-rows index in group order, with no sort and never a
+lookup of the table's rows."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_every_overview_statement_is_a_covering_range_over_the_time_index(tmp_pa
                     activity.per_minute_in(fake, seen, 0.0)  # type: ignore[arg-type]
                     activity.outcomes_in(fake, seen, 0.0)  # type: ignore[arg-type]
                     activity.top_tools_in(fake, seen, 0.0)  # type: ignore[arg-type]
-                    activity.spend_in(fake, seen, 0.0, 1.0)  # type: ignore[arg-type]
+                    activity.spend_by_toolkit_in(fake, seen, 0.0, 1.0)  # type: ignore[arg-type]
+                    activity.spend_by_caller_in(fake, seen, 0.0, 1.0)  # type: ignore[arg-type]
 
                 async with rt.db.read() as conn:
                     await conn.batch(read)
@@ -46,7 +48,11 @@ def test_every_overview_statement_is_a_covering_range_over_the_time_index(tmp_pa
             await rt.close()
 
     asyncio.run(main())
-    assert len(plans) == 8
-    for plan in plans:
-        assert "USING COVERING INDEX audit_overview (at>?)" in plan, plan
-        assert "SCAN audit_log" not in plan, plan
+    assert len(plans) == 10
+    for i, plan in enumerate(plans):
+        if i % 5 < 3:  # the hour and the day: a range over the time
+            assert "SEARCH audit_log USING COVERING INDEX audit_overview (at>?)" in plan, plan
+        else:  # 30 days of spend: the paid rows in group order, nothing sorted
+            assert "SCAN audit_log USING COVERING INDEX audit_spend_by_" in plan, plan
+            assert "TEMP B-TREE FOR GROUP BY" not in plan, plan
+        assert "SCAN audit_log " not in plan.replace("SCAN audit_log USING COVERING INDEX", ""), plan
