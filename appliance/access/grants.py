@@ -252,3 +252,18 @@ async def update_grant(
 async def delete_grant(tx: WriteTx, actor: Principal, grant_id: int) -> None:
     await get_grant(tx, actor, grant_id)
     await tx.run("DELETE FROM grants WHERE id = ?", (grant_id,))
+
+
+async def grant_counts(conn: ReadConn, actor: Principal) -> dict[int, int]:
+    """Agent id → how many grants it holds, for the agents ``actor`` manages (one statement,
+    where ``list_grants`` reads each grant's tools too)."""
+    require_person(actor)
+    if actor.is_admin or actor.operator:
+        rows = await conn.all("SELECT agent_id, count(*) AS n FROM grants GROUP BY agent_id")
+    else:
+        rows = await conn.all(
+            "SELECT g.agent_id, count(*) AS n FROM grants g JOIN agents a ON a.id = g.agent_id"
+            " WHERE a.user_id = ? GROUP BY g.agent_id",
+            (actor.user_id,),
+        )
+    return {int(r["agent_id"]): int(r["n"]) for r in rows}

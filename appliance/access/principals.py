@@ -202,3 +202,21 @@ async def delete_agent(tx: WriteTx, actor: Principal, agent_id: int) -> None:
     """Its keys and grants go with it."""
     await get_agent(tx, actor, agent_id)
     await tx.run("DELETE FROM agents WHERE id = ?", (agent_id,))
+
+
+async def agent_principal(conn: ReadConn, actor: Principal, agent_id: int) -> Principal:
+    """Whom an agent's key would act for (without a key): what its search and calls may see.
+    Only for someone who manages the agent; anyone else learns nothing (not found)."""
+    agent = await get_agent(conn, actor, agent_id)
+    row = await conn.one("SELECT name, is_admin FROM users WHERE id = ?", (agent["user_id"],))
+    if row is None:  # removed between the two reads
+        raise NotFound(f"no agent {agent_id}", field="agent_id")
+    return Principal(
+        user_id=int(agent["user_id"]),
+        name=row["name"],
+        is_admin=bool(row["is_admin"]),
+        key_prefix="",
+        agent_id=agent_id,
+        agent_name=agent["name"],
+        preload=tuple(agent["preload"] or ()),
+    )

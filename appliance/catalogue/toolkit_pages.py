@@ -143,3 +143,16 @@ def tools_in(r: SyncReader, toolkit_id: int) -> list[dict[str, Any]]:
         }
         for row in rows
     ]
+
+
+def health_counts_in(r: SyncReader, owner_id: int | None) -> dict[str, int]:
+    """How many toolkits (of ``owner_id``; None: all) are in each health state."""
+    if owner_id is None:
+        rows = r.all("SELECT health, count(*) FROM toolkits GROUP BY health")
+    else:
+        rows = r.all("SELECT health, count(*) FROM toolkits WHERE owner_id = ? GROUP BY health", (owner_id,))
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def owned_ids_in(r: SyncReader, owner_id: int) -> list[int]:
+    return [int(row[0]) for row in r.all("SELECT id FROM toolkits WHERE owner_id = ?", (owner_id,))]

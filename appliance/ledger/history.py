@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.db import ReadConn
+from appliance.db import ReadConn, dumps
 from appliance.errors import InvalidParams
 from appliance.ledger.amounts import credits
 from appliance.ledger.windows import rfc3339
@@ -121,3 +121,20 @@ async def entries(conn: ReadConn, user_id: int, *, limit: int = 50) -> list[dict
         }
         for r in rows
     ]
+
+
+async def balances(conn: ReadConn) -> dict[int, int]:
+    """Every user's balance in millicredits (a user without entries has none here: 0)."""
+    rows = await conn.all("SELECT user_id, sum(amount_milli) AS b FROM ledger_entries GROUP BY user_id")
+    return {int(r["user_id"]): int(r["b"]) for r in rows}
+
+
+async def voided(conn: ReadConn, entry_ids: list[int]) -> set[int]:
+    """Which of these charges a void already reverses."""
+    if not entry_ids:
+        return set()
+    rows = await conn.all(
+        "SELECT refers_to FROM ledger_entries WHERE refers_to IN (SELECT value FROM json_each(?))",
+        (dumps(entry_ids),),
+    )
+    return {int(r["refers_to"]) for r in rows}

@@ -38,6 +38,7 @@ from appliance.web import (
     sse,
 )
 from appliance.web.connections import Admission
+from appliance.web.console import pages as console_pages  # noqa: F401 (its routes join console.bp)
 from appliance.web.console import routes as console
 from appliance.web.log_queue import LogQueue
 

@@ -7,15 +7,21 @@ indexed the way an import stores them.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+from appliance import config
 from appliance.access import keys
 from appliance.catalogue import store
 from appliance.db import dumps
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, ToolDraft, ToolkitDraft
 from appliance.search import fts
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -207,3 +213,27 @@ def describe_world(world: World) -> dict[str, Any]:
         "grants": [vars(g) for g in world.grants],
         "preload": world.preload,
     }
+
+
+def run_in(
+    tmp_path: Path,
+    world: World,
+    body: Callable[[Runtime, Built, list[Principal]], Awaitable[T]],
+    *,
+    env: dict[str, str] | None = None,
+) -> T:
+    """``body(rt, built, principals)`` on a fresh runtime over ``world`` (no demo toolkit):
+    one principal per user key, then one per agent key, in the world's order."""
+
+    async def main() -> T:
+        full = {"TOOLSPOKE_DATA_DIR": str(tmp_path), "TOOLSPOKE_DEMO": "0", **(env or {})}
+        rt = Runtime(config.load(env=full))
+        await rt.open()
+        try:
+            built = await build(rt, world)
+            people = [await principal(rt, key) for key in built.user_keys + built.agent_keys]
+            return await asyncio.wait_for(body(rt, built, people), timeout=30)
+        finally:
+            await rt.close()
+
+    return asyncio.run(main())

@@ -346,7 +346,8 @@ def _assert_inert(text: str) -> None:
     assert "<script>window" not in text and "<img src=x" not in text and "<svg" not in text
     assert "<iframe" not in text and 'hx-trigger="load"' not in text
     scripts = re.findall(r"<script\b[^>]*>", text)
-    assert all(s.startswith('<script src="/console/static/htmx.min.js?v=') for s in scripts), scripts
+    ours = ('<script src="/console/static/htmx.min.js?v=', '<script src="/console/static/copy.js?v=')
+    assert all(s.startswith(ours) for s in scripts), scripts
 
 
 def test_hostile_titles_descriptions_and_names_are_shown_as_text(app: InProcess) -> None:

@@ -269,7 +269,11 @@ def _back(request: Request, action: str, **counts: int) -> HTTPResponse:
 def _number(request: Request, name: str) -> int | float | str:
     """A form's number as the operation takes it (JSON's kinds); anything else is handed on as
     text, for the operation to refuse naming the field."""
-    raw = _field(request, name).strip()
+    return number_of(_field(request, name).strip())
+
+
+def number_of(raw: str) -> int | float | str:
+    """Form text as a JSON number when it is one, else the text itself."""
     if raw.isascii() and raw.isdigit() and len(raw) <= 18:
         return int(raw)
     if raw.isascii() and len(raw) <= 32 and raw.replace(".", "", 1).isdigit():

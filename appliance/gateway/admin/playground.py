@@ -1,0 +1,88 @@
+"""The search playground: ``search_tools`` as the viewer, or as one of the agents they manage
+(an admin: any agent), with why each result ranked where it did.
+
+The search is the agents' own (``gateway/searching.search`` with the arguments
+``agent_search`` gives it for a plain ``query``), under the principal the agent's keys act
+for, so the results are exactly that agent's: its grants, opt-outs, allow-lists and the
+semantic switch applied. Only the explanation is added.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from appliance.access import principals
+from appliance.errors import InvalidParams
+from appliance.gateway import searching
+from appliance.gateway.admin.agent_pages import agent_principal
+from appliance.models import Principal
+
+if TYPE_CHECKING:
+    from appliance.gateway.runtime import Runtime
+
+# Why the semantic pass did not join, in words (``searching.Outcome.reason``).
+REASONS = {
+    "switched_off": "semantic search is switched off (Settings)",
+    "not_embedded": "a toolkit this search covers is not embedded yet (backfill in progress)",
+    "provider_unavailable": "the embedding provider did not answer",
+    "no_provider": "no embedding provider is configured",
+}
+
+
+def _why(r: searching.Explained, ranking: str) -> str:
+    """One sentence on where a result's place came from."""
+    lexical = (
+        f"lexical #{r.lexical_rank} (BM25 {r.lexical_score:.2f})"
+        if r.lexical_rank is not None and r.lexical_score is not None
+        else ""
+    )
+    semantic = (
+        f"semantic #{r.semantic_rank} (cosine {r.semantic_score:.3f})"
+        if r.semantic_rank is not None and r.semantic_score is not None
+        else ""
+    )
+    if ranking == "lexical":
+        return f"{lexical}: ranked by its words alone" if lexical else "ranked by its words alone"
+    if lexical and semantic:
+        return f"{lexical} and {semantic}, fused"
+    if semantic:
+        return f"{semantic}; no word of the query matched it, so it placed by meaning alone"
+    return f"{lexical}; not among the nearest by meaning, so it placed by its words alone"
+
+
+async def search(
+    rt: Runtime, actor: Principal, query: str, *, agent_id: int | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """``{"as", "ranking", "reason", "results"}``: each result's tool and its explanation."""
+    principals.require_person(actor)
+    acting = actor if agent_id is None else await agent_principal(rt, actor, agent_id)
+    searching.check_query(query, "q")
+    cap = rt.settings.search_max_limit
+    n = rt.settings.search_default_limit if limit is None else limit
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= cap:
+        raise InvalidParams(f"'limit' must be a whole number from 1 to {cap}", field="limit")
+    who = acting.name if acting.agent_id is None else f"agent {acting.agent_name} (of {acting.name})"
+    if not query.strip():
+        return {"acting_as": who, "ranking": "", "reason": "", "results": []}
+    # the arguments agent_search._one passes for a plain query (no tags, no known fields)
+    outcome = await searching.search(rt, query, limit=n, max_limit=max(n, cap), principal=acting)
+    return {
+        "acting_as": who,
+        "ranking": outcome.ranking,
+        "reason": REASONS.get(outcome.reason, outcome.reason),
+        "results": [
+            {
+                "name": r.tool.name,
+                "toolkit": r.tool.toolkit,
+                "project": r.tool.project,
+                "description": r.tool.description,
+                "score": r.score,
+                "lexical_rank": r.lexical_rank,
+                "lexical_score": r.lexical_score,
+                "semantic_rank": r.semantic_rank,
+                "semantic_score": r.semantic_score,
+                "why": _why(r, outcome.ranking),
+            }
+            for r in outcome.results
+        ],
+    }
