@@ -38,6 +38,16 @@ def report(settings: Settings) -> dict[str, Any]:
             "uids": f"{settings.stdio_sandbox_uid_base}+ (one per toolkit)" if root else "the gateway's own",
             "nested_user_namespaces": "refused" if found.disable_userns else "allowed",
             "network": "none (its own loopback only)",
+            # A toolkit's allowed hosts: through the egress proxy, which the guard decides.
+            "egress_proxy": {
+                "allowed_hosts": "available" if found.proxied else "unavailable (python3 not found)",
+                "forwarder_python": found.python,
+                "install_hosts": list(settings.stdio_install_hosts),
+                "upstream_proxy": settings.stdio_egress_upstream_proxy or "none (direct)",
+                "connections_per_server": settings.stdio_egress_connections,
+                "idle_s": settings.stdio_egress_idle_s,
+                "allowed_tool_cidrs": list(settings.allowed_tool_cidrs),
+            },
             "limits": {
                 "memory_mb": settings.stdio_sandbox_memory_mb,
                 "cpu_s": settings.stdio_sandbox_cpu_s,

@@ -20,6 +20,7 @@ from appliance.children.sandbox import from_settings as sandbox_from
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.egress.connect_proxy import ConnectProxy
 from appliance.egress.oauth import TokenCache
 from appliance.egress.transport import Egress
 from appliance.gateway import demo_api
@@ -70,6 +71,14 @@ class Runtime:
             allowed_executables=settings.stdio_allowed_commands,
             sandbox=sandbox,
             sandbox_refusal=refusal,
+            # The sandboxed servers' allowed hosts and package installs, through the guard.
+            egress=ConnectProxy(
+                self.egress.policy,
+                max_connections=settings.stdio_egress_connections,
+                idle_s=settings.stdio_egress_idle_s,
+                upstream=settings.stdio_egress_upstream_proxy,
+            ),
+            install_hosts=settings.stdio_install_hosts,
         )
         self.mcp = McpPool(
             self.egress,

@@ -15,6 +15,8 @@ from appliance import config
 from appliance.children import sandbox as sandbox_mod
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.children.sandbox import (
+    PROXY_PORT,
+    PROXY_SOCKET,
     Installed,
     Limits,
     Probe,
@@ -40,10 +42,10 @@ def make(tmp_path: Path, **changes: object) -> Sandbox:
     return Sandbox(**values)  # type: ignore[arg-type]
 
 
-def launch_argv(box: Sandbox, tmp_path: Path, *, network: bool = False) -> list[str]:
+def launch_argv(box: Sandbox, tmp_path: Path, *, proxy: Path | None = None) -> list[str]:
     home = tmp_path / "data" / "stdio" / ".home" / "p.kit"
     cwd = tmp_path / "data" / "stdio" / "p.kit"
-    return box.launch("p.kit", ["/usr/bin/node", "server.js"], {}, home=home, cwd=cwd, network=network).argv
+    return box.launch("p.kit", ["/usr/bin/node", "server.js"], {}, home=home, cwd=cwd, proxy=proxy).argv
 
 
 @pytest.mark.parametrize(
@@ -84,11 +86,29 @@ def test_the_limits_become_prlimit_flags_and_zero_leaves_one_unset() -> None:
     assert flags == ["--as=1073741824:1073741824", "--cpu=10:15", "--nproc=64:64", "--fsize=1048576:1048576"]
 
 
-def test_no_network_and_new_namespaces_by_default_and_network_only_when_asked(tmp_path: Path) -> None:
+def test_no_network_and_new_namespaces_always_and_the_proxy_only_behind_the_forwarder(tmp_path: Path) -> None:
     argv = launch_argv(make(tmp_path), tmp_path)
     for flag in ("--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"):
         assert flag in argv
-    assert "--unshare-net" not in launch_argv(make(tmp_path), tmp_path, network=True)
+    assert PROXY_SOCKET not in argv
+    socket = tmp_path / "e.sock"
+    proxied = launch_argv(make(tmp_path, python="/usr/bin/python3"), tmp_path, proxy=socket)
+    assert "--unshare-net" in proxied  # still its own network namespace
+    assert proxied[proxied.index(PROXY_SOCKET) - 1] == str(socket)
+    server = proxied.index("/usr/bin/node")
+    assert proxied[server - 1] == "--" and proxied[server - 7 : server - 5] == ["/usr/bin/python3", "-I"]
+    with pytest.raises(OSError, match="python3"):
+        launch_argv(make(tmp_path), tmp_path, proxy=socket)  # no forwarder without a python
+
+
+def test_the_proxy_variables_point_at_the_forwarder_and_only_a_run_is_offline(tmp_path: Path) -> None:
+    box = make(tmp_path)
+    run_env = box.environment(tmp_path, proxied=True)
+    assert run_env["HTTPS_PROXY"] == run_env["npm_config_https_proxy"] == f"http://127.0.0.1:{PROXY_PORT}"
+    assert run_env["NO_PROXY"] == "" and run_env["npm_config_offline"] == "true"
+    install_env = box.environment(tmp_path, install=True, proxied=True)
+    assert "npm_config_offline" not in install_env and "UV_OFFLINE" not in install_env
+    assert "HTTPS_PROXY" not in box.environment(tmp_path)
 
 
 def test_only_the_toolkits_own_directories_are_writable_and_the_data_dir_is_never_bound(
