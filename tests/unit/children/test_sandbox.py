@@ -25,6 +25,7 @@ from appliance.children.sandbox import (
     package_install,
     probe,
 )
+from appliance.children.spec import registry_hosts
 from appliance.errors import UpstreamError
 from tests.support.sandboxes import local_sandbox
 
@@ -255,3 +256,14 @@ def test_an_install_is_recorded_outside_the_toolkits_directories_and_forgotten_w
     shutil.rmtree(home)  # the operator deletes the HOME to upgrade: the next start installs again
     (home / ".npm").mkdir(parents=True)
     assert not installed.has("p.kit", command, home)
+
+
+def test_a_registry_the_childs_environment_names_is_open_to_its_install() -> None:
+    env = {
+        "npm_config_registry": "https://npm.mirror.example:8443/repo/",
+        "UV_INDEX_URL": "https://user:pw@pypi.mirror.example/simple",
+        "PIP_INDEX_URL": "http://[2001:db8::5]/simple",
+        "UV_DEFAULT_INDEX": "file:///opt/pypi/simple",  # no host: nothing to open
+        "OTHER": "https://not.a.registry",
+    }
+    assert registry_hosts(env) == ["npm.mirror.example:8443", "pypi.mirror.example:443", "[2001:db8::5]:80"]
