@@ -484,3 +484,6 @@ class ProcessRegistry:
         for proc, result in zip(procs, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("stdio %s: stop failed", proc.name, exc_info=result)
+        disk = self.policy.sandbox.disk if self.policy.sandbox is not None else None
+        if disk is not None:
+            await asyncio.to_thread(disk.release)

@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.children.disk import DiskBound, probe_disk
 from appliance.config import Settings
 
 log = logging.getLogger(__name__)
@@ -231,6 +232,7 @@ class Sandbox:
     uid_base: int = DEFAULT_UID_BASE  # used only when the gateway is root
     disable_userns: bool = False
     python: str = ""  # the system's python3, for the forwarder (empty: no allowed hosts)
+    disk: DiskBound | None = None  # each writable directory a bounded filesystem (root only)
 
     def uid_of(self, owner: str) -> int | None:
         """The uid ``owner``'s sandbox runs as: its own when we are root, else ours (None).
@@ -272,6 +274,9 @@ class Sandbox:
         """Create the toolkit's directories (0700); as root, give them to its uid."""
         for path in (home, cwd):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.disk is not None:
+            self.disk.ensure(owner, "home", home)
+            self.disk.ensure(owner, "work", cwd)
         uid = self.uid_of(owner)
         if uid is not None:
             for path in (home, cwd):
@@ -443,6 +448,17 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
             )
         _warn_once(found.detail)
         return None, ""
+    disk = None
+    if settings.stdio_sandbox_disk_mb > 0:
+        why = probe_disk()
+        if why and mode is SandboxMode.REQUIRE:
+            return None, f"TOOLSPOKE_STDIO_SANDBOX_DISK_MB is set, but {why}"
+        if why:
+            _warn_once(f"no disk bound: {why}")
+        else:
+            disk = DiskBound(
+                Path(settings.data_dir).resolve() / "stdio" / ".disk", settings.stdio_sandbox_disk_mb
+            )
     limits = Limits(
         memory_bytes=settings.stdio_sandbox_memory_mb << 20,
         cpu_s=settings.stdio_sandbox_cpu_s,
@@ -462,6 +478,7 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
             uid_base=settings.stdio_sandbox_uid_base,
             disable_userns=found.disable_userns,
             python=found.python or "",
+            disk=disk,
         ),
         "",
     )

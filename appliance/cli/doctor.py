@@ -40,6 +40,10 @@ def doctor(data_dir: str | None, config_file: str | None, as_json: bool, strict:
         click.echo(f"  upstream proxy: {proxy['upstream_proxy']}")
         limits = ", ".join(f"{k} {v or 'unlimited'}" for k, v in box["limits"].items())
         click.echo(f"  limits:   {limits}")
+        disk = box["disk"]
+        click.echo(
+            f"  disk:     {disk['bound']} ({disk['megabytes_each']} MiB each; possible: {disk['possible']})"
+        )
         click.echo(f"  reads:    system directories{''.join(', ' + p for p in box['read_paths'])}")
         if box["hint"]:
             click.echo(f"  to fix:   {box['hint']}")

@@ -394,6 +394,15 @@ class Settings:
         values.positive(int),
         "Size of a sandboxed server's private /tmp in MiB (memory-backed).",
     )
+    stdio_sandbox_disk_mb: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_DISK_MB",
+        0,
+        values.non_negative(int),
+        "Total size in MiB of each of a sandboxed toolkit's work directory and HOME (npm, uv and pip caches "
+        "included): each becomes an ext4 filesystem in a sparse image of that size, loop-mounted at its "
+        "path, so a full one answers ENOSPC to that toolkit alone. Needs a root gateway (`toolspoke "
+        "doctor`); 0: no total bound (one file's size is still bounded).",
+    )
     stdio_sandbox_uid_base: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_UID_BASE",
         200000,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from appliance.children.disk import probe_disk
 from appliance.children.sandbox import INSTALL_HINT, from_settings, probed
 from appliance.config import Settings
 
@@ -57,6 +58,12 @@ def report(settings: Settings) -> dict[str, Any]:
                 "tmp_mb": settings.stdio_sandbox_tmp_mb,
             },
             "read_paths": list(settings.stdio_sandbox_read_paths),
+            # The total bound on a toolkit's work directory and HOME (children/disk.py).
+            "disk": {
+                "megabytes_each": settings.stdio_sandbox_disk_mb,
+                "possible": probe_disk() or "yes (loop-mounted ext4 images)",
+                "bound": "on" if sandbox is not None and sandbox.disk is not None else "off",
+            },
             "hint": "" if found.available else INSTALL_HINT,
         }
     }

@@ -26,7 +26,9 @@ from typing import Any
 
 import pytest
 
+from appliance.children.disk import probe_disk
 from appliance.children.sandbox import probe
+from tests.support.accounts import admin
 from tests.support.clients import connect
 from tests.support.peers import MEMORY
 from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
@@ -34,7 +36,8 @@ from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
 pytestmark = pytest.mark.e2e
 HOSTILE = REPO / "tests" / "support" / "hostile_stdio.py"
 PROCESSES = 64
-TOOLS = 10
+TOOLS = 11
+DISK_MB = 24
 # Small limits, so that hitting each costs little; the defaults are docs/configuration.md's.
 LIMITS = {
     "TOOLSPOKE_STDIO_SANDBOX": "require",
@@ -47,6 +50,10 @@ LIMITS = {
 
 if not probe().available:
     pytest.skip(f"no sandbox here: {probe().detail}", allow_module_level=True)
+# The total disk bound needs a root gateway (loop mounts): tested where it can be set.
+BOUNDED = probe_disk() == ""
+if BOUNDED:
+    LIMITS["TOOLSPOKE_STDIO_SANDBOX_DISK_MB"] = str(DISK_MB)
 
 
 def run(coro: Any) -> Any:
@@ -193,6 +200,10 @@ def test_only_an_allowed_host_the_guard_admits_is_reached_and_only_through_the_p
     for host, port in (("127.0.0.1", echo), ("127.0.0.1", gateway), ("1.1.1.1", 443)):
         seen = run(attempt(site.app, "connect", {"host": host, "port": port}, toolkit="reach"))
         assert seen["ok"] is False and seen["error"] in ("ECONNREFUSED", "ENETUNREACH"), (host, seen)
+    listed = {
+        k["toolkit"]: k["allowed_hosts"] for k in admin(site.app, "GET", "/toolkits").json()["toolkits"]
+    }
+    assert listed["reach"] == [f"localhost:{echo}", f"127.0.0.2:{echo}"] and listed["hostile"] == []
     logged = "stdio default.reach: egress refused for '127.0.0.2' port"
     assert wait_for(lambda: any(logged in line for line in site.app.output)), site.app.output[-20:]
 
@@ -221,6 +232,18 @@ def test_memory_and_files_are_bounded(site: Site) -> None:
     assert big["ok"] is False and big["error"] == "EFBIG" and big["written_mb"] <= 16, big
     tmp = run(attempt(site.app, "fill_disk", {"path": "/tmp/filler.bin"}))
     assert tmp["ok"] is False and tmp["error"] == "ENOSPC" and tmp["written_mb"] <= 8, tmp
+
+
+@pytest.mark.skipif(not BOUNDED, reason=f"no disk bound here: {probe_disk()}")
+def test_many_files_stop_at_the_total_disk_bound_and_the_gateway_keeps_serving(site: Site) -> None:
+    for folder in (".", "~"):  # the work directory, then HOME: each its own bounded filesystem
+        many = run(attempt(site.app, "fill_many", {"folder": folder}))
+        assert many["ok"] is False and many["error"] == "ENOSPC", many
+        assert 4 <= many["written_mb"] <= DISK_MB, many
+    assert run(attempt(site.app, "whoami", {}, toolkit="twin"))["ok"] is True  # the others are served
+    assert run(attempt(site.app, "remember", {"note": "room again"}))["ok"] is True  # its files are gone
+    images = sorted(p.name for p in (site.data / "stdio" / ".disk").glob("default.hostile.*.img"))
+    assert images == ["default.hostile.home.img", "default.hostile.work.img"]
 
 
 def test_cpu_time_is_bounded_and_the_server_comes_back(site: Site) -> None:

@@ -130,6 +130,31 @@ def fill_disk(args: dict[str, Any]) -> dict[str, Any]:
     return {**outcome, "written_mb": written >> 20}
 
 
+def fill_many(args: dict[str, Any]) -> dict[str, Any]:
+    """Write 4 MiB files (in ``folder``, default the work directory) until refused; remove them."""
+    folder = os.path.expanduser(str(args.get("folder", ".")))
+    limit = int(args.get("limit_mb", 1 << 20)) << 20
+    chunk = b"\1" * (4 << 20)
+    written, names = 0, []
+    outcome: dict[str, Any] = {"ok": True}
+    try:
+        while written < limit:
+            name = os.path.join(folder, f"many-{len(names)}.bin")
+            names.append(name)
+            with open(name, "wb") as f:
+                f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            written += len(chunk)
+    except OSError as exc:
+        outcome = _failure(exc)
+    finally:
+        for name in names:
+            if os.path.exists(name):
+                os.remove(name)
+    return {**outcome, "written_mb": written >> 20, "files": len(names)}
+
+
 def whoami(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "ok": True,
@@ -172,6 +197,7 @@ TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "fork_bomb": fork_bomb,
     "allocate": allocate,
     "fill_disk": fill_disk,
+    "fill_many": fill_many,
     "whoami": whoami,
     "remember": remember,
     "recall": recall,
