@@ -13,13 +13,15 @@ appliance. It decides nothing; the proxy on the other side of the socket does.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import ctypes
 import os
-import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
+
+# The server is exec'd after no more than these few imports: the copier imports what it
+# needs once forked (asyncio alone costs a start-up tens of milliseconds).
+if TYPE_CHECKING:
+    import asyncio
 
 _PR_SET_PDEATHSIG = 1
 _CHUNK = 65536
@@ -37,6 +39,8 @@ async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
 
 
 async def _serve(listener: socket.socket, path: str) -> None:
+    import asyncio  # once forked (see the imports)
+
     async def pair(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_unix_connection(path)
@@ -52,6 +56,11 @@ async def _serve(listener: socket.socket, path: str) -> None:
 
 
 def _copier(listener: socket.socket, path: str) -> None:
+    import asyncio  # after the fork (see the imports)
+    import contextlib
+    import ctypes
+    import signal
+
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     devnull = os.open(os.devnull, os.O_RDWR)

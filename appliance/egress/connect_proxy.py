@@ -188,6 +188,10 @@ class ConnectProxy:
                 tasks.add(task)
             try:
                 await self._handle(served, reader, writer)
+            except asyncio.CancelledError:
+                # Stopped by ``aclose``: this task is the top of its own work, and asyncio's
+                # stream server would report a cancelled one as an error.
+                await _close(writer)
             finally:
                 if task is not None:
                     tasks.discard(task)
