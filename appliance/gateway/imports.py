@@ -421,11 +421,11 @@ async def import_mcp(
     )
     draft.connection = connection
     report = draft_report(draft, project, dry_run, started)
-    report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
+    reach = ""
     if connection["transport"] == "stdio":
         hosts = connection.get("allow_hosts") or []
-        reach = ", ".join(hosts) + " (through the egress guard)" if hosts else "none"
-        report.notes.append(f"sandbox network: {reach}")
+        reach = f"; sandbox network: {', '.join(hosts) + ' (through the egress guard)' if hosts else 'none'}"
+    report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}{reach}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")
     if cred is not None:

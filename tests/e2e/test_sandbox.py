@@ -100,7 +100,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         for slug in ("hostile", "twin"):
             report = import_mcp(app, "--slug", slug, "--", python, str(HOSTILE))
             assert report["tool_count"] == TOOLS, report
-            assert "sandbox network: none" in report["notes"], report
+            assert "sandbox network: none" in " ".join(report["notes"]), report
         # Allowed: the echo server, and 127.0.0.2 (which the guard refuses: not in the CIDRs).
         allowed = ("--allow-host", f"localhost:{echo}", "--allow-host", f"127.0.0.2:{echo}")
         report = import_mcp(app, "--slug", "reach", *allowed, "--", python, str(HOSTILE))

@@ -85,7 +85,7 @@ def test_an_npx_server_is_installed_through_the_guard_and_then_runs_offline(data
     done = import_server(data, "memory", "npx", "-y", MEMORY, env={"ALLOWED_TOOL_CIDRS": cidrs})
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
-    assert report["tool_count"] == 9 and "sandbox network: none" in report["notes"], report
+    assert report["tool_count"] == 9 and "sandbox network: none" in " ".join(report["notes"]), report
     # In the toolkit's own cache: the server ran from there, with no network at all.
     assert any((data / "stdio" / ".home" / "default.memory" / ".npm").iterdir())
 
