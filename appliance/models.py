@@ -99,6 +99,8 @@ class Toolkit:
     owner_id: int | None = None
     visibility: str = "private"
     is_default: bool = False
+    # A stdio toolkit's hosts its sandbox may reach through the egress guard (none: no network).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -141,9 +141,15 @@ def test_doctor_reports_the_stdio_sandbox_and_strict_fails_when_servers_would_ru
     assert box["mode"] == "auto"
     assert box["stdio_servers"] == ("sandboxed" if box["available"] else "unsandboxed")
     assert box["limits"]["processes"] == 256 and box["network"].startswith("none")
+    proxy = box["egress_proxy"]
+    assert proxy["allowed_hosts"] == (
+        "available" if box["available"] and proxy["forwarder_python"] else "unavailable (python3 not found)"
+    )
+    assert "registry.npmjs.org" in proxy["install_hosts"] and proxy["upstream_proxy"] == "none (direct)"
     off = cli(tmp_path / "d", "doctor", "--strict", env={"TOOLSPOKE_STDIO_SANDBOX": "off"})
     assert off.returncode == 1
     assert "stdio servers run as plain processes (mode off)" in off.stdout
+    assert "allowed hosts: " in off.stdout and "installs reach: registry.npmjs.org" in off.stdout
     assert "Traceback" not in off.stderr
 
 

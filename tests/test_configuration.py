@@ -57,6 +57,9 @@ def test_the_default_bind_is_loopback(tmp_path: Path) -> None:
         ({"ALLOWED_TOOL_CIDRS": "10.0.0.0/8,not-a-net"}, "allowed_tool_cidrs"),
         ({"TOOLSPOKE_DEMO": "maybe"}, "demo"),
         ({"TOOLSPOKE_UPSTREAM_TIMEOUT_S": "-1"}, "upstream_timeout_s"),
+        ({"TOOLSPOKE_STDIO_EGRESS_UPSTREAM_PROXY": "https://proxy:3128"}, "stdio_egress_upstream_proxy"),
+        ({"TOOLSPOKE_STDIO_EGRESS_UPSTREAM_PROXY": "http://u:p@proxy:3128"}, "stdio_egress_upstream_proxy"),
+        ({"TOOLSPOKE_STDIO_EGRESS_UPSTREAM_PROXY": "http://proxy"}, "stdio_egress_upstream_proxy"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_setting(env: dict[str, str], field: str) -> None:

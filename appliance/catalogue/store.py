@@ -72,7 +72,13 @@ def _toolkit(row: Any) -> Toolkit:
         owner_id=row["owner_id"],
         visibility=row["visibility"],
         is_default=bool(row["is_default"]),
+        allowed_hosts=_allowed_hosts(row["connection"]),
     )
+
+
+def _allowed_hosts(connection: str | None) -> tuple[str, ...]:
+    hosts = (loads(connection) or {}).get("allow_hosts") if connection else None
+    return tuple(str(h) for h in hosts) if isinstance(hosts, list) else ()
 
 
 async def project_id(conn: ReadConn, project: str) -> int:

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -44,11 +45,13 @@ from appliance.children.spawn import spawn
 from appliance.children.spec import (  # noqa: F401 - re-exported: callers import them from here
     DEFAULT_ALLOWED_EXECUTABLES,
     DEFAULT_MAX_LINE_BYTES,
+    ProxyHandle,
     State,
     StdioPolicy,
     StdioSpec,
     StdioSpecRejected,
     check_spec,
+    registry_hosts,
 )
 from appliance.errors import UpstreamError
 from appliance.secret import Redactor, redact_text
@@ -87,6 +90,7 @@ class StdioProcess:
         self._tasks: set[asyncio.Task[None]] = set()  # watchers: cancelled on aclose
         self._terminations: set[asyncio.Task[None]] = set()  # stops: awaited on aclose
         self._closed = False
+        self._proxy: ProxyHandle | None = None  # the egress proxy of its allowed hosts
 
     @property
     def pid(self) -> int | None:
@@ -176,11 +180,13 @@ class StdioProcess:
 
     async def _sandboxed(self, sandbox: Sandbox, executable: str, env: dict[str, str]) -> Launch:
         """The confined launch; first, the package an ``npx``/``uvx`` server fetches is
-        installed into the toolkit's caches (with the network, once), as the run has none."""
+        installed into the toolkit's caches (once, its registry reached through the egress
+        proxy), as the run has no registry."""
         # Beside the work directories, never one of them: a toolkit name starts with a letter
         # or a digit, so ``.home`` is nobody's work directory.
         owner = self.spec.home or self.name
-        home = self.policy.workdir_root.resolve() / ".home" / owner
+        root = self.policy.workdir_root.resolve()
+        home = root / ".home" / owner
         await asyncio.to_thread(sandbox.prepare, owner, home, self.cwd)
         for arg in self.spec.args:
             if arg.startswith("/") and sandbox.hidden(arg):
@@ -188,20 +194,72 @@ class StdioProcess:
                     "stdio %s: %s is not visible in the sandbox (see sandbox_read_paths)", self.name, arg
                 )
         install = package_install(executable, self.spec.args)
-        installed = Installed(self.policy.workdir_root.resolve())
+        installed = Installed(root)
         if install is not None and not installed.has(owner, install, home):
-            await self._install(
-                sandbox, owner, install, {**env, **sandbox.environment(home, network=True)}, home
-            )
-        env = {**env, **sandbox.environment(home, network=False), **self.spec.env}
+            hosts = [*self.policy.install_hosts, *registry_hosts(env)]
+            async with self._egress_proxy(sandbox, owner, hosts, "install") as proxy:
+                install_env = {**env, **sandbox.environment(home, install=True, proxied=proxy is not None)}
+                try:
+                    await self._install(sandbox, owner, install, install_env, home, proxy)
+                except UpstreamError as exc:
+                    if proxy is not None and proxy.refused:  # the likeliest cause, said first
+                        exc.public_message += f"; its egress proxy refused {proxy.refused[-1]}"
+                        exc.args = (exc.public_message,)
+                    raise
+        proxied = bool(self.spec.allow_hosts)
+        if proxied and self._proxy is None:
+            self._proxy = await self._open_proxy(sandbox, owner, self.spec.allow_hosts, "run")
+        env = {**env, **sandbox.environment(home, proxied=proxied), **self.spec.env}
         env.update((k, v.reveal()) for k, v in self.spec.secret_env.items())
-        return sandbox.launch(owner, [executable, *self.spec.args], env, home=home, cwd=self.cwd)
+        proxy_path = self._proxy.path if proxied and self._proxy is not None else None
+        return sandbox.launch(
+            owner, [executable, *self.spec.args], env, home=home, cwd=self.cwd, proxy=proxy_path
+        )
+
+    async def _open_proxy(self, sandbox: Sandbox, owner: str, hosts: Sequence[str], use: str) -> ProxyHandle:
+        egress = self.policy.egress
+        if egress is None or not sandbox.python:
+            raise UpstreamError(
+                f"stdio server {self.name!r} has allowed hosts, but this gateway has no egress proxy"
+                " for its sandbox (python3 is needed inside it; see toolspoke doctor)"
+            )
+        # A short name: a unix socket's path is at most 107 bytes.
+        digest = hashlib.sha256(f"{self.name}\0{use}".encode()).hexdigest()[:16]
+        folder = self.policy.workdir_root.resolve() / ".proxy"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        try:
+            return await egress.serve(owner, hosts, folder / f"{digest}.sock", uid=sandbox.uid_of(owner))
+        except OSError as exc:
+            raise UpstreamError(
+                f"stdio server {self.name!r}: its egress proxy cannot listen: {exc}"
+            ) from None
+
+    @contextlib.asynccontextmanager
+    async def _egress_proxy(
+        self, sandbox: Sandbox, owner: str, hosts: Sequence[str], use: str
+    ) -> AsyncIterator[ProxyHandle | None]:
+        """A proxy for the duration of an install; None (no network) without one."""
+        if self.policy.egress is None or not sandbox.python or not hosts:
+            yield None
+            return
+        proxy = await self._open_proxy(sandbox, owner, hosts, use)
+        try:
+            yield proxy
+        finally:
+            await proxy.aclose()
 
     async def _install(
-        self, sandbox: Sandbox, owner: str, command: list[str], env: dict[str, str], home: Path
+        self,
+        sandbox: Sandbox,
+        owner: str,
+        command: list[str],
+        env: dict[str, str],
+        home: Path,
+        proxy: ProxyHandle | None,
     ) -> None:
         log.info("stdio %s: installing its package into its own cache: %s", self.name, " ".join(command))
-        launch = sandbox.launch(owner, command, env, home=home, cwd=self.cwd, network=True)
+        path = proxy.path if proxy is not None else None
+        launch = sandbox.launch(owner, command, env, home=home, cwd=self.cwd, proxy=path)
         try:
             done = await asyncio.to_thread(
                 subprocess.run,
@@ -292,6 +350,9 @@ class StdioProcess:
             child.end(UpstreamError(f"stdio server {self.name!r} {reason}"), failed=False)
             child.terminate()
         await self._terminated()
+        if self._proxy is not None:  # opened again by the next start
+            proxy, self._proxy = self._proxy, None
+            await proxy.aclose()
 
     async def aclose(self) -> None:
         """Stop for good: the child, every stop still under way, then the watchers."""
@@ -423,3 +484,6 @@ class ProcessRegistry:
         for proc, result in zip(procs, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("stdio %s: stop failed", proc.name, exc_info=result)
+        disk = self.policy.sandbox.disk if self.policy.sandbox is not None else None
+        if disk is not None:
+            await asyncio.to_thread(disk.release)

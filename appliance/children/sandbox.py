@@ -20,9 +20,16 @@ no-new-privileges, so no set-uid program gives root back. A gateway that is not 
 bwrap in a new user namespace, where the kernel counts processes per user per namespace:
 the bound is that sandbox's own.
 
+The network is never the host's. A toolkit that declares hosts it may reach gets the
+gateway's CONNECT proxy for it (``egress/connect_proxy.py``) as a unix socket bound into
+the sandbox, and ``forwarder.py``, run by the system's Python before the server, offers it
+on ``127.0.0.1:PROXY_PORT`` as ``HTTPS_PROXY`` and the like; the proxy admits what the
+allow-list and the egress guard both admit.
+
 ``package_install`` is the command that installs an ``npx``/``uvx`` server's package into
-the toolkit's caches without running it: it runs once, in the same confinement but with
-the network, before the first start, so that at run time (offline) the package is there.
+the toolkit's caches without running it: it runs once, in the same confinement, before the
+first start, its registry traffic through the same proxy (allowed: the registry hosts), so
+that at run time (offline) the package is there.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.children.disk import DiskBound, probe_disk
 from appliance.config import Settings
 
 log = logging.getLogger(__name__)
@@ -49,6 +57,20 @@ INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: `apt install bubblewrap`)"
 # symbolic link it is on merged-/usr systems (recreated as the same link).
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt")
 _PROBE_TIMEOUT_S = 10.0
+# Inside the sandbox: where the proxy's socket and the forwarder are bound, and the port
+# the forwarder listens on (its network namespace holds nothing else to collide with).
+PROXY_DIR = "/run/toolspoke"
+PROXY_SOCKET = f"{PROXY_DIR}/egress.sock"
+PROXY_PORT = 3128
+_FORWARDER = Path(__file__).with_name("forwarder.py")
+_PROXY_VARIABLES = (
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "npm_config_proxy",
+    "npm_config_https_proxy",
+)
 
 
 class SandboxMode(enum.StrEnum):
@@ -99,6 +121,12 @@ class Probe:
     works: bool
     detail: str
     disable_userns: bool = False
+    python: str | None = None  # runs the forwarder: without it, no allowed hosts
+
+    @property
+    def proxied(self) -> bool:
+        """Whether a sandboxed server can be given allowed hosts (through the proxy)."""
+        return self.available and self.python is not None
 
     @property
     def available(self) -> bool:
@@ -110,12 +138,13 @@ def probe(path: str = "") -> Probe:
     search = path or "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
     bwrap, prlimit = shutil.which("bwrap", path=search), shutil.which("prlimit", path=search)
     setpriv = shutil.which("setpriv", path=search)
+    python = shutil.which("python3", path=search)
     if bwrap is None:
         return Probe(None, prlimit, None, False, f"bwrap not found; {INSTALL_HINT}")
     if prlimit is None or (os.geteuid() == 0 and setpriv is None):
         return Probe(bwrap, prlimit, setpriv, False, "prlimit or setpriv not found (util-linux)")
     true = shutil.which("true", path=search) or "/bin/true"
-    base = [bwrap, *_namespaces(network=False), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    base = [bwrap, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
     last = ""
     extras = [[]] if os.geteuid() == 0 else [["--disable-userns"], []]  # bubblewrap >= 0.8 has it
     for extra in extras:
@@ -126,7 +155,8 @@ def probe(path: str = "") -> Probe:
         except (OSError, subprocess.TimeoutExpired) as exc:
             return Probe(bwrap, prlimit, setpriv, False, f"bwrap could not run: {exc}")
         if done.returncode == 0:
-            return Probe(bwrap, prlimit, setpriv, True, "bubblewrap works", disable_userns=bool(extra))
+            works = "bubblewrap works"
+            return Probe(bwrap, prlimit, setpriv, True, works, disable_userns=bool(extra), python=python)
         last = done.stderr.decode("utf-8", "replace").strip()[:500]
     return Probe(bwrap, prlimit, setpriv, False, f"bwrap cannot create namespaces here: {last}")
 
@@ -137,13 +167,17 @@ DEFAULT_UID_BASE = 200000
 _UID_SPAN = 1 << 16
 
 
-def _namespaces(*, network: bool) -> list[str]:
+def _namespaces() -> list[str]:
     # As root there is no user namespace: bwrap mounts with real privilege, setpriv drops it.
     ns = [] if os.geteuid() == 0 else ["--unshare-user"]
-    ns += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
-    if not network:
-        ns.append("--unshare-net")
+    ns += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try", "--unshare-net"]
     return [*ns, "--die-with-parent"]
+
+
+def proxy_environment() -> dict[str, str]:
+    """The variables that send a sandboxed program's HTTP(S) through the forwarder."""
+    url = f"http://127.0.0.1:{PROXY_PORT}"
+    return {**dict.fromkeys(_PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
 
 
 def package_install(command: str, args: Sequence[str]) -> list[str] | None:
@@ -197,6 +231,8 @@ class Sandbox:
     read_paths: tuple[Path, ...] = ()
     uid_base: int = DEFAULT_UID_BASE  # used only when the gateway is root
     disable_userns: bool = False
+    python: str = ""  # the system's python3, for the forwarder (empty: no allowed hosts)
+    disk: DiskBound | None = None  # each writable directory a bounded filesystem (root only)
 
     def uid_of(self, owner: str) -> int | None:
         """The uid ``owner``'s sandbox runs as: its own when we are root, else ours (None).
@@ -208,7 +244,7 @@ class Sandbox:
         digest = hashlib.sha256(owner.encode()).digest()
         return self.uid_base + int.from_bytes(digest[:4], "big") % _UID_SPAN
 
-    def environment(self, home: Path, *, network: bool) -> dict[str, str]:
+    def environment(self, home: Path, *, install: bool = False, proxied: bool = False) -> dict[str, str]:
         """The variables that point every tool's caches and state into ``home``."""
         env = {
             "HOME": str(home),
@@ -220,17 +256,27 @@ class Sandbox:
             "npm_config_cache": str(home / ".npm"),
             "npm_config_update_notifier": "false",
             "UV_CACHE_DIR": str(home / ".cache" / "uv"),
+            # The system's trust store, as Debian's node and pip use: a site's mirror or TLS
+            # proxy is trusted by uv where it is trusted by everything else (both names: the
+            # variable was renamed in uv 0.9).
+            "UV_SYSTEM_CERTS": "1",
+            "UV_NATIVE_TLS": "1",
             "PIP_CACHE_DIR": str(home / ".cache" / "pip"),
         }
-        if not network:
-            # No registry in here: fail at once from the cache instead of waiting on DNS.
+        if not install:
+            # No registry at run time: fail at once from the cache instead of asking one.
             env.update(npm_config_offline="true", UV_OFFLINE="1", PIP_NO_INDEX="1")
+        if proxied:
+            env.update(proxy_environment())
         return env
 
     def prepare(self, owner: str, home: Path, cwd: Path) -> None:
         """Create the toolkit's directories (0700); as root, give them to its uid."""
         for path in (home, cwd):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.disk is not None:
+            self.disk.ensure(owner, "home", home)
+            self.disk.ensure(owner, "work", cwd)
         uid = self.uid_of(owner)
         if uid is not None:
             for path in (home, cwd):
@@ -244,10 +290,13 @@ class Sandbox:
         *,
         home: Path,
         cwd: Path,
-        network: bool = False,
+        proxy: Path | None = None,
     ) -> Launch:
-        """The bwrap argv running ``command`` (absolute executable first) in ``cwd``, confined."""
-        argv = [self.bwrap, *_namespaces(network=network)]
+        """The bwrap argv running ``command`` (absolute executable first) in ``cwd``, confined;
+        with ``proxy`` (the socket of the toolkit's CONNECT proxy), behind the forwarder."""
+        if proxy is not None and not self.python:
+            raise OSError(0, "no python3 on the system for the egress forwarder (allowed hosts)")
+        argv = [self.bwrap, *_namespaces()]
         uid = self.uid_of(owner)
         if uid is not None:
             # setpriv's two, and entering the toolkit's 0700 work directory (its uid's) for
@@ -270,6 +319,11 @@ class Sandbox:
             made.add(self.data_dir)
         for path in (home, cwd):
             argv += [*_ancestors(path, made), "--bind", str(path), str(path)]
+        if proxy is not None:
+            argv += ["--perms", "0755", "--dir", PROXY_DIR, "--bind", str(proxy), PROXY_SOCKET]
+            argv += ["--ro-bind", str(_FORWARDER), f"{PROXY_DIR}/forwarder.py"]
+            forward = [self.python, "-I", "-S", f"{PROXY_DIR}/forwarder.py", str(PROXY_PORT), PROXY_SOCKET]
+            command = [*forward, "--", *command]
         argv += ["--chdir", str(cwd), "--"]
         if uid is not None:
             argv += [
@@ -394,6 +448,17 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
             )
         _warn_once(found.detail)
         return None, ""
+    disk = None
+    if settings.stdio_sandbox_disk_mb > 0:
+        why = probe_disk()
+        if why and mode is SandboxMode.REQUIRE:
+            return None, f"TOOLSPOKE_STDIO_SANDBOX_DISK_MB is set, but {why}"
+        if why:
+            _warn_once(f"no disk bound: {why}")
+        else:
+            disk = DiskBound(
+                Path(settings.data_dir).resolve() / "stdio" / ".disk", settings.stdio_sandbox_disk_mb
+            )
     limits = Limits(
         memory_bytes=settings.stdio_sandbox_memory_mb << 20,
         cpu_s=settings.stdio_sandbox_cpu_s,
@@ -412,6 +477,8 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
             read_paths=tuple(Path(p).resolve() for p in settings.stdio_sandbox_read_paths),
             uid_base=settings.stdio_sandbox_uid_base,
             disable_userns=found.disable_userns,
+            python=found.python or "",
+            disk=disk,
         ),
         "",
     )

@@ -10,9 +10,10 @@ from __future__ import annotations
 import enum
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from appliance.children.sandbox import Sandbox
 from appliance.errors import InvalidParams
@@ -26,6 +27,28 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 class StdioSpecRejected(InvalidParams):
     """A stdio server definition the gateway refuses to run; ``field`` names the culprit."""
+
+
+class ProxyHandle(Protocol):
+    """A running egress proxy for one sandboxed server (``egress/connect_proxy.py``)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def refused(self) -> list[str]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class EgressProxies(Protocol):
+    """What serves a sandboxed server's allowed hosts: a CONNECT proxy on a unix socket at
+    ``path``, admitting ``hosts`` through the egress guard (the gateway passes the egress
+    part's; the children may not import it)."""
+
+    async def serve(
+        self, owner: str, hosts: Sequence[str], path: Path, *, uid: int | None = None
+    ) -> ProxyHandle: ...
 
 
 class State(enum.StrEnum):
@@ -59,6 +82,11 @@ class StdioPolicy:
     # or, with ``sandbox_refusal`` set (the operator requires one), refuses to run them.
     sandbox: Sandbox | None = None
     sandbox_refusal: str = ""
+    # The sandboxed servers' way out (allowed hosts, package installs); None: none at all.
+    egress: EgressProxies | None = None
+    # What a package install may reach (registry hosts), besides the registry the
+    # child's own environment names (``registry_hosts``).
+    install_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +112,9 @@ class StdioSpec:
     # The toolkit whose private HOME (and caches) the sandboxed child gets; empty: the
     # process name. An import's trial run uses the toolkit's, so what it installs stays.
     home: str = ""
+    # Hosts (host, host:port, *.domain) the sandboxed server may reach through the egress
+    # proxy; empty: no network at all. Checked by the proxy (``egress/connect_proxy.py``).
+    allow_hosts: tuple[str, ...] = ()
 
 
 def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
@@ -109,6 +140,8 @@ def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
             raise StdioSpecRejected(f"invalid environment variable {key!r}", field="env")
     if spec.idle_timeout_s <= 0 or spec.start_timeout_s <= 0:
         raise StdioSpecRejected("timeouts must be positive", field="idle_timeout_s")
+    if any(not isinstance(h, str) or not h or len(h) > 260 for h in spec.allow_hosts):
+        raise StdioSpecRejected("allowed hosts must be host patterns", field="allow_hosts")
     if spec.home and not _SAFE_NAME.fullmatch(spec.home):
         raise StdioSpecRejected(f"invalid toolkit home {spec.home!r}", field="home")
     root = policy.workdir_root.resolve()
@@ -116,3 +149,25 @@ def check_spec(name: str, spec: StdioSpec, policy: StdioPolicy) -> Path:
     if cwd != root and root not in cwd.parents:
         raise StdioSpecRejected(f"cwd must lie inside {root}", field="cwd")
     return cwd
+
+
+# The variables naming a package registry or index: their hosts are open to an install.
+REGISTRY_VARIABLES = (
+    "npm_config_registry",
+    "NPM_CONFIG_REGISTRY",
+    "UV_INDEX_URL",
+    "UV_DEFAULT_INDEX",
+    "PIP_INDEX_URL",
+)
+_URL_HOST = re.compile(r"^https?://(?:[^/@]*@)?(\[[^\]/]+\]|[^/:?#]+)(?::(\d{1,5}))?", re.IGNORECASE)
+
+
+def registry_hosts(env: Mapping[str, str]) -> list[str]:
+    """``host:port`` of each registry URL in ``env`` (an install may reach those too)."""
+    hosts = []
+    for name in REGISTRY_VARIABLES:
+        match = _URL_HOST.match(env.get(name, ""))
+        if match:
+            https = env[name][:5].lower() == "https"
+            hosts.append(f"{match[1]}:{match[2] or (443 if https else 80)}")
+    return hosts

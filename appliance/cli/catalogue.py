@@ -52,6 +52,7 @@ def toolkits(
                     "tools": k.tool_count,
                     "base_url": k.base_url,
                     "source": k.source,
+                    "allowed_hosts": list(k.allowed_hosts),
                 }
                 for k in kits
             ]
@@ -60,7 +61,8 @@ def toolkits(
     if not kits:
         click.echo("no toolkits yet; import one with `toolspoke import openapi SPEC --slug NAME`", err=True)
     for k in kits:
-        click.echo(f"{k.project}/{k.slug:<24} {k.source_kind:<8} {k.tool_count:>6} tools  {k.title}")
+        reaches = f"  (reaches {', '.join(k.allowed_hosts)})" if k.allowed_hosts else ""
+        click.echo(f"{k.project}/{k.slug:<24} {k.source_kind:<8} {k.tool_count:>6} tools  {k.title}{reaches}")
 
 
 @toolkits.command("remove")

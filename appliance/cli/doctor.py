@@ -34,8 +34,16 @@ def doctor(data_dir: str | None, config_file: str | None, as_json: bool, strict:
             click.echo(f"  {tool + ':':9} {box[tool] or 'missing'}")
         click.echo(f"  runs as:  {box['uids']}")
         click.echo(f"  network:  {box['network']}")
+        proxy = box["egress_proxy"]
+        click.echo(f"  allowed hosts: {proxy['allowed_hosts']} (through the egress guard)")
+        click.echo(f"  installs reach: {', '.join(proxy['install_hosts']) or 'nothing'}")
+        click.echo(f"  upstream proxy: {proxy['upstream_proxy']}")
         limits = ", ".join(f"{k} {v or 'unlimited'}" for k, v in box["limits"].items())
         click.echo(f"  limits:   {limits}")
+        disk = box["disk"]
+        click.echo(
+            f"  disk:     {disk['bound']} ({disk['megabytes_each']} MiB each; possible: {disk['possible']})"
+        )
         click.echo(f"  reads:    system directories{''.join(', ' + p for p in box['read_paths'])}")
         if box["hint"]:
             click.echo(f"  to fix:   {box['hint']}")

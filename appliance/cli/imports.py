@@ -265,6 +265,14 @@ def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
 )
 @click.option("--env", "env_pairs", multiple=True, metavar="K=V", help="Environment for a stdio server.")
 @click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="stdio: a host its sandbox may reach through the egress guard (*.domain for its subdomains; "
+    "port 443 unless given). Default: no network.",
+)
+@click.option(
     "--config",
     "mcp_config",
     type=click.Path(dir_okay=False),
@@ -297,6 +305,7 @@ def import_mcp(
     project: str,
     transport: str,
     env_pairs: tuple[str, ...],
+    allow_hosts: tuple[str, ...],
     mcp_config: str | None,
     server: str | None,
     dry_run: bool,
@@ -318,6 +327,7 @@ def import_mcp(
     \b
     toolspoke import mcp https://mcp.example.com/mcp --slug example
     toolspoke import mcp --slug memory -- npx -y @modelcontextprotocol/server-memory
+    toolspoke import mcp --slug fetch --allow-host api.example.com -- uvx mcp-server-fetch
     toolspoke import mcp --config .mcp.json --server memory --slug memory
     """
     from appliance.gateway import imports
@@ -359,7 +369,9 @@ def import_mcp(
     settings = settings_for(None, data_dir=data_dir)
 
     async def work(rt: Any) -> Any:
-        connection = imports.mcp_connection(url=url, command=command, args=args, env=env, transport=transport)
+        connection = imports.mcp_connection(
+            url=url, command=command, args=args, env=env, transport=transport, allow_hosts=allow_hosts
+        )
         return await imports.import_mcp(
             rt,
             connection,

@@ -394,6 +394,15 @@ class Settings:
         values.positive(int),
         "Size of a sandboxed server's private /tmp in MiB (memory-backed).",
     )
+    stdio_sandbox_disk_mb: int = _setting(
+        "TOOLSPOKE_STDIO_SANDBOX_DISK_MB",
+        0,
+        values.non_negative(int),
+        "Total size in MiB of each of a sandboxed toolkit's work directory and HOME (npm, uv and pip caches "
+        "included): each becomes an ext4 filesystem in a sparse image of that size, loop-mounted at its "
+        "path, so a full one answers ENOSPC to that toolkit alone. Needs a root gateway (`toolspoke "
+        "doctor`); 0: no total bound (one file's size is still bounded).",
+    )
     stdio_sandbox_uid_base: int = _setting(
         "TOOLSPOKE_STDIO_SANDBOX_UID_BASE",
         200000,
@@ -401,6 +410,36 @@ class Settings:
         "When the gateway runs as root: the first of the 65536 unprivileged uids sandboxed servers run as, "
         "one per toolkit (the kernel does not apply process limits to root); each toolkit's directories "
         "are given to its uid.",
+    )
+    # -- the sandboxed servers' egress (egress/connect_proxy.py) ------------------------------
+    stdio_install_hosts: tuple[str, ...] = _setting(
+        "TOOLSPOKE_STDIO_INSTALL_HOSTS",
+        ("registry.npmjs.org", "pypi.org", "files.pythonhosted.org"),
+        values.csv_list,
+        "Hosts (host or host:port, comma-separated) a sandboxed `npx`/`uvx` package install may reach "
+        "through the egress proxy, besides the hosts of a registry the child's environment names "
+        "(`npm_config_registry`, `UV_INDEX_URL`, `UV_DEFAULT_INDEX`, `PIP_INDEX_URL`). The SSRF rules "
+        "apply: a mirror on a private address must be listed in ALLOWED_TOOL_CIDRS.",
+    )
+    stdio_egress_upstream_proxy: str = _setting(
+        "TOOLSPOKE_STDIO_EGRESS_UPSTREAM_PROXY",
+        "",
+        values.proxy_url,
+        "An HTTP CONNECT proxy (http://host:port) the sandboxed servers' egress proxy goes through, where "
+        "the site reaches the internet only through one; it is asked for the address the guard checked. "
+        "Empty: connect directly.",
+    )
+    stdio_egress_connections: int = _setting(
+        "TOOLSPOKE_STDIO_EGRESS_CONNECTIONS",
+        16,
+        values.positive(int),
+        "Connections one sandboxed server may have open through the egress proxy at once.",
+    )
+    stdio_egress_idle_s: float = _setting(
+        "TOOLSPOKE_STDIO_EGRESS_IDLE_S",
+        120.0,
+        values.positive(float),
+        "Seconds a tunnel through the egress proxy may carry nothing before it is closed.",
     )
     # -- upstream health probes (gateway/health.py) --------------------------------------------
     health_interval_s: float = _setting(

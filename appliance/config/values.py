@@ -49,6 +49,19 @@ def abs_paths(raw: Any) -> tuple[str, ...]:
     return tuple(os.path.normpath(p) for p in paths)
 
 
+def proxy_url(raw: Any) -> str:
+    """Empty, or ``http://host:port`` (a CONNECT proxy: no credentials, no path)."""
+    text = str(raw).strip()
+    if not text:
+        return ""
+    scheme, sep, rest = text.partition("://")
+    host, _, port_text = rest.rstrip("/").rpartition(":")
+    if scheme != "http" or not sep or not host or "@" in rest or "/" in host or not port_text.isdigit():
+        raise ValueError(f"{text!r} is not http://host:port")
+    port(port_text)
+    return f"http://{host}:{int(port_text)}"
+
+
 def port(raw: Any) -> int:
     value = int(raw)
     if not 0 <= value <= 65535:

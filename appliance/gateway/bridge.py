@@ -276,7 +276,10 @@ async def list_toolkits(
 
     async with rt.db.read() as conn:
         kits, names = await conn.batch(gather)
-    return [{**answers.kit_fields(k), "tools": names.get(k.id, [])} for k in kits]
+    return [
+        {**answers.kit_fields(k), "allowed_hosts": list(k.allowed_hosts), "tools": names.get(k.id, [])}
+        for k in kits
+    ]
 
 
 async def toolkit_listing(

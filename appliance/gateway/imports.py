@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from appliance.catalogue.spec_loader import parse_document
 from appliance.catalogue.sync import ToolState
 from appliance.children.processes import StdioSpec, check_spec
 from appliance.db import WriteTx
+from appliance.egress.connect_proxy import parse_patterns
 from appliance.errors import ApplianceError, ImportFailed, UpstreamError
 from appliance.gateway import demo_api, redaction, screening
 from appliance.gateway.credentials import CredentialInput, parse_credential, store_credential, to_auth
@@ -322,11 +323,17 @@ def mcp_connection(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
     transport: str = "auto",
+    allow_hosts: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The stored description of how to reach an MCP server (no secrets in it)."""
+    """The stored description of how to reach an MCP server (no secrets in it).
+
+    ``allow_hosts``: for a stdio server, the hosts its sandbox may reach through the egress
+    proxy (``egress/connect_proxy.py``; the guard's rules still apply); stored normalised."""
     if (url is None) == (command is None):
         raise ImportFailed("give either a server URL or a command to run", field="source")
     if url is not None:
+        if allow_hosts:
+            raise ImportFailed("allowed hosts are for a stdio server's sandbox", field="allow_hosts")
         if transport == "auto":
             transport = "sse" if url.rstrip("/").endswith("/sse") else "http"
         if transport not in ("http", "sse"):
@@ -334,12 +341,25 @@ def mcp_connection(
         return {"transport": transport, "url": url}
     if transport not in ("auto", "stdio"):
         raise ImportFailed("a command is run with transport stdio", field="transport")
-    return {"transport": "stdio", "command": command, "args": list(args or []), "env": dict(env or {})}
+    connection: dict[str, Any] = {
+        "transport": "stdio",
+        "command": command,
+        "args": list(args or []),
+        "env": dict(env or {}),
+    }
+    if allow_hosts:
+        connection["allow_hosts"] = [str(p) for p in parse_patterns(list(allow_hosts))]
+    return connection
 
 
 def _check_connection(rt: Runtime, key: str, connection: dict[str, Any]) -> None:
     if connection["transport"] == "stdio":
-        spec = StdioSpec(command=connection["command"], args=tuple(connection["args"]), env=connection["env"])
+        spec = StdioSpec(
+            command=connection["command"],
+            args=tuple(connection["args"]),
+            env=connection["env"],
+            allow_hosts=tuple(connection.get("allow_hosts") or ()),
+        )
         check_spec(key, spec, rt.stdio_policy)
     else:
         rt.egress.check_url(connection["url"], field="url")
@@ -401,7 +421,11 @@ async def import_mcp(
     )
     draft.connection = connection
     report = draft_report(draft, project, dry_run, started)
-    report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}")
+    reach = ""
+    if connection["transport"] == "stdio":
+        hosts = connection.get("allow_hosts") or []
+        reach = f"; sandbox network: {', '.join(hosts) + ' (through the egress guard)' if hosts else 'none'}"
+    report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}{reach}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")
     if cred is not None:

@@ -20,8 +20,10 @@ from appliance.children.sandbox import from_settings as sandbox_from
 from appliance.config import Settings, environment_snapshot
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.egress.connect_proxy import ConnectProxy, parse_patterns
 from appliance.egress.oauth import TokenCache
 from appliance.egress.transport import Egress
+from appliance.errors import ConfigError, ImportFailed
 from appliance.gateway import demo_api
 from appliance.gateway.health_machine import HealthBook, thresholds_from
 from appliance.gateway.redaction import VaultNeedles
@@ -56,6 +58,16 @@ def prepare_data_dir(settings: Settings) -> bool:
     return created
 
 
+def _install_hosts(settings: Settings) -> tuple[str, ...]:
+    """The install hosts as patterns, checked once at start-up (config cannot parse them)."""
+    try:
+        return tuple(str(p) for p in parse_patterns(settings.stdio_install_hosts))
+    except ImportFailed as exc:
+        raise ConfigError(
+            f"TOOLSPOKE_STDIO_INSTALL_HOSTS: {exc.public_message}", field="stdio_install_hosts"
+        ) from None
+
+
 class Runtime:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -70,6 +82,14 @@ class Runtime:
             allowed_executables=settings.stdio_allowed_commands,
             sandbox=sandbox,
             sandbox_refusal=refusal,
+            # The sandboxed servers' allowed hosts and package installs, through the guard.
+            egress=ConnectProxy(
+                self.egress.policy,
+                max_connections=settings.stdio_egress_connections,
+                idle_s=settings.stdio_egress_idle_s,
+                upstream=settings.stdio_egress_upstream_proxy,
+            ),
+            install_hosts=_install_hosts(settings),
         )
         self.mcp = McpPool(
             self.egress,

@@ -92,6 +92,7 @@ class McpPool:
                 secret_env=dict(auth.env) if auth is not None else {},
                 max_line_bytes=cap,
                 home=str(connection.get("home") or ""),
+                allow_hosts=tuple(str(h) for h in connection.get("allow_hosts") or ()),
             )
             process = await self.processes.put(key, spec)
             await self._wait_out_backoff(process, timeout_s)

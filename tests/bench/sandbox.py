@@ -8,13 +8,17 @@ Two servers: ``tests/support/hostile_stdio.py`` (Python, standard library only) 
 ``server-memory`` (node). Memory: with the server answering, the resident and proportional
 set sizes of its whole process tree (for the sandbox: the outer bwrap, bwrap's pid 1 and the
 server), from ``/proc``; the overhead is the difference from the same server unsandboxed.
-Prints a markdown table; median and 90th percentile over the runs.
+A third mode gives the server an allowed host: the egress proxy and the forwarder (a python
+process in the sandbox) come with it. Prints a markdown table; median and 90th percentile
+over the runs. Last, the proxy's connect overhead: a TCP connect plus one echoed line to a
+loopback server, directly and as a ``CONNECT`` through the proxy's unix socket.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import statistics
@@ -27,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.children.sandbox import probe
+from appliance.egress.connect_proxy import ConnectProxy
+from appliance.egress.guard import EgressPolicy
 from tests.support.nesting import INIT
 from tests.support.peers import MEMORY
 from tests.support.sandboxes import local_sandbox
@@ -107,10 +113,14 @@ def main() -> None:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         plain = StdioPolicy(workdir_root=data / "stdio", base_env=env)
         boxed = StdioPolicy(workdir_root=data / "stdio", base_env=env, sandbox=box)
+        proxies = ConnectProxy(EgressPolicy(["127.0.0.1/32"]))
+        proxied = StdioPolicy(workdir_root=data / "stdio", base_env=env, sandbox=box, egress=proxies)
         for name, spec in servers.items():
             pss_by_mode: dict[str, float] = {}
-            for mode, policy in (("plain", plain), ("sandboxed", boxed)):
-                results = [asyncio.run(one(policy, spec)) for _ in range(runs)]
+            allowed = dataclasses.replace(spec, allow_hosts=("localhost:9",))
+            modes = (("plain", plain, spec), ("sandboxed", boxed, spec), ("+ allowed host", proxied, allowed))
+            for mode, policy, spec_ in modes:
+                results = [asyncio.run(one(policy, spec_)) for _ in range(runs)]
                 starts = sorted(r[0] * 1000 for r in results)
                 rss = statistics.median(r[1] for r in results) / 1024
                 pss = statistics.median(r[2] for r in results) / 1024
@@ -121,6 +131,51 @@ def main() -> None:
                     f"{rss:.1f} | {pss:.1f} | {results[0][3]} |"
                 )
             print(f"| {name} | overhead | | | | {pss_by_mode['sandboxed'] - pss_by_mode['plain']:+.1f} | |")
+            extra = pss_by_mode["+ allowed host"] - pss_by_mode["sandboxed"]
+            print(f"| {name} | proxy overhead | | | | {extra:+.1f} | |")
+        direct, tunnel = asyncio.run(connect_overhead(Path(tmp), runs * 20))
+        print(
+            f"\nconnect + one echoed line, {runs * 20} times: direct median {direct[0]:.2f} ms "
+            f"(p90 {direct[1]:.2f}), through the proxy {tunnel[0]:.2f} ms (p90 {tunnel[1]:.2f})"
+        )
+
+
+async def connect_overhead(folder: Path, count: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readline())
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    handle = await ConnectProxy(EgressPolicy(["127.0.0.1/32"])).serve(
+        "bench", [f"localhost:{port}"], folder / "p.sock"
+    )
+    direct: list[float] = []
+    tunnel: list[float] = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"ping\n")
+        await reader.readline()
+        writer.close()
+        direct.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        reader, writer = await asyncio.open_unix_connection(str(handle.path))
+        writer.write(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"ping\n")
+        await reader.readline()
+        writer.close()
+        tunnel.append((time.perf_counter() - t0) * 1000)
+    await handle.aclose()
+    server.close()
+
+    def stats(values: list[float]) -> tuple[float, float]:
+        values.sort()
+        return statistics.median(values), values[int(len(values) * 0.9)]
+
+    return stats(direct), stats(tunnel)
 
 
 if __name__ == "__main__":

@@ -12,17 +12,23 @@ process of the hostile server is left.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socketserver
 import sys
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from appliance.children.disk import probe_disk
 from appliance.children.sandbox import probe
+from tests.support.accounts import admin
 from tests.support.clients import connect
 from tests.support.peers import MEMORY
 from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
@@ -30,6 +36,8 @@ from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
 pytestmark = pytest.mark.e2e
 HOSTILE = REPO / "tests" / "support" / "hostile_stdio.py"
 PROCESSES = 64
+TOOLS = 11
+DISK_MB = 24
 # Small limits, so that hitting each costs little; the defaults are docs/configuration.md's.
 LIMITS = {
     "TOOLSPOKE_STDIO_SANDBOX": "require",
@@ -42,6 +50,10 @@ LIMITS = {
 
 if not probe().available:
     pytest.skip(f"no sandbox here: {probe().detail}", allow_module_level=True)
+# The total disk bound needs a root gateway (loop mounts): tested where it can be set.
+BOUNDED = probe_disk() == ""
+if BOUNDED:
+    LIMITS["TOOLSPOKE_STDIO_SANDBOX_DISK_MB"] = str(DISK_MB)
 
 
 def run(coro: Any) -> Any:
@@ -53,6 +65,25 @@ class Site:
     app: Appliance
     data: Path
     ssh_key: Path
+    echo_port: int
+
+
+@contextlib.contextmanager
+def echo_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 answering each connection's first line (what an allowed
+    host is here: ALLOWED_TOOL_CIDRS opens 127.0.0.1 to the guard in these tests)."""
+
+    class Echo(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.sendall(self.request.recv(64))
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Echo) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield server.server_address[1]
+        finally:
+            server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -64,18 +95,23 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     ssh_key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     ssh_key.chmod(0o600)
     data = base / "data"
-    with running_appliance(data, env={**LIMITS, "HOME": str(home)}) as app:
+    with echo_server() as echo, running_appliance(data, env={**LIMITS, "HOME": str(home)}) as app:
         python = str(Path(sys.executable))
         for slug in ("hostile", "twin"):
             report = import_mcp(app, "--slug", slug, "--", python, str(HOSTILE))
-            assert report["tool_count"] == 9, report
+            assert report["tool_count"] == TOOLS, report
+            assert "sandbox network: none" in " ".join(report["notes"]), report
+        # Allowed: the echo server, and 127.0.0.2 (which the guard refuses: not in the CIDRs).
+        allowed = ("--allow-host", f"localhost:{echo}", "--allow-host", f"127.0.0.2:{echo}")
+        report = import_mcp(app, "--slug", "reach", *allowed, "--", python, str(HOSTILE))
+        assert report["tool_count"] == TOOLS, report
         for slug in ("memory", "memory2"):
             # The same command and the same file name for both: each file is in its own /tmp.
             report = import_mcp(
                 app, "--slug", slug, "--env", "MEMORY_FILE_PATH=/tmp/graph.jsonl", "--", "node", str(MEMORY)
             )
             assert report["tool_count"] == 9, report
-        yield Site(app, data, ssh_key)
+        yield Site(app, data, ssh_key, echo)
     # The gateway has stopped: nothing of the hostile servers lives on.
     left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _runs_hostile(pid)]
     assert left == [], left
@@ -143,6 +179,45 @@ def test_no_address_can_be_reached(site: Site) -> None:
         assert seen["error"] in ("ECONNREFUSED", "ENETUNREACH", "EADDRNOTAVAIL"), (host, seen)
 
 
+def test_only_an_allowed_host_the_guard_admits_is_reached_and_only_through_the_proxy(site: Site) -> None:
+    gateway = int(site.app.base_url.rsplit(":", 1)[1])
+    echo = site.echo_port
+    # Without allowed hosts there is no proxy to ask.
+    assert run(attempt(site.app, "via_proxy", {"host": "localhost", "port": echo}))["error"] == "no proxy"
+    tunnel = run(attempt(site.app, "via_proxy", {"host": "localhost", "port": echo}, toolkit="reach"))
+    assert tunnel == {"ok": True, "status": 200, "echo": "ping\n"}, tunnel
+    for host, port in (
+        ("127.0.0.1", gateway),  # the gateway itself: not listed
+        ("localhost", gateway),
+        ("127.0.0.1", echo),  # listed by name only
+        ("127.0.0.2", echo),  # listed, but the guard refuses loopback outside the CIDRs
+        ("1.1.1.1", 443),  # a public address: not listed
+        ("localhost", 22),
+    ):
+        seen = run(attempt(site.app, "via_proxy", {"host": host, "port": port}, toolkit="reach"))
+        assert seen == {"ok": False, "error": "refused", "status": 403}, (host, port, seen)
+    # Around the proxy, its network namespace holds nothing: the echo server is not there.
+    for host, port in (("127.0.0.1", echo), ("127.0.0.1", gateway), ("1.1.1.1", 443)):
+        seen = run(attempt(site.app, "connect", {"host": host, "port": port}, toolkit="reach"))
+        assert seen["ok"] is False and seen["error"] in ("ECONNREFUSED", "ENETUNREACH"), (host, seen)
+    listed = {
+        k["toolkit"]: k["allowed_hosts"] for k in admin(site.app, "GET", "/toolkits").json()["toolkits"]
+    }
+    assert listed["reach"] == [f"localhost:{echo}", f"127.0.0.2:{echo}"] and listed["hostile"] == []
+    logged = "stdio default.reach: egress refused for '127.0.0.2' port"
+    assert wait_for(lambda: any(logged in line for line in site.app.output)), site.app.output[-20:]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds (the log is read by another thread), bounded."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_a_fork_bomb_stops_at_the_process_limit(site: Site) -> None:
     seen = run(attempt(site.app, "fork_bomb", {"limit": 5000}))
     assert seen["ok"] is False and seen["error"] == "EAGAIN", seen
@@ -157,6 +232,18 @@ def test_memory_and_files_are_bounded(site: Site) -> None:
     assert big["ok"] is False and big["error"] == "EFBIG" and big["written_mb"] <= 16, big
     tmp = run(attempt(site.app, "fill_disk", {"path": "/tmp/filler.bin"}))
     assert tmp["ok"] is False and tmp["error"] == "ENOSPC" and tmp["written_mb"] <= 8, tmp
+
+
+@pytest.mark.skipif(not BOUNDED, reason=f"no disk bound here: {probe_disk()}")
+def test_many_files_stop_at_the_total_disk_bound_and_the_gateway_keeps_serving(site: Site) -> None:
+    for folder in (".", "~"):  # the work directory, then HOME: each its own bounded filesystem
+        many = run(attempt(site.app, "fill_many", {"folder": folder}))
+        assert many["ok"] is False and many["error"] == "ENOSPC", many
+        assert 4 <= many["written_mb"] <= DISK_MB, many
+    assert run(attempt(site.app, "whoami", {}, toolkit="twin"))["ok"] is True  # the others are served
+    assert run(attempt(site.app, "remember", {"note": "room again"}))["ok"] is True  # its files are gone
+    images = sorted(p.name for p in (site.data / "stdio" / ".disk").glob("default.hostile.*.img"))
+    assert images == ["default.hostile.home.img", "default.hostile.work.img"]
 
 
 def test_cpu_time_is_bounded_and_the_server_comes_back(site: Site) -> None:

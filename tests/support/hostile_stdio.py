@@ -47,6 +47,31 @@ def connect(args: dict[str, Any]) -> dict[str, Any]:
         return _failure(exc)
 
 
+def via_proxy(args: dict[str, Any]) -> dict[str, Any]:
+    """Ask the proxy in HTTPS_PROXY (if any) for a tunnel to host:port; send a line through."""
+    proxy = os.environ.get("HTTPS_PROXY", "")
+    if not proxy.startswith("http://"):
+        return {"ok": False, "error": "no proxy"}
+    where, _, port = proxy[len("http://") :].rstrip("/").rpartition(":")
+    target = f"{args['host']}:{int(args['port'])}"
+    try:
+        with socket.create_connection((where, int(port)), timeout=5) as sock:
+            sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head and len(head) < 8192:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            status = int(head.split(b" ", 2)[1]) if head.count(b" ") >= 2 else 0
+            if status != 200:
+                return {"ok": False, "error": "refused", "status": status}
+            sock.sendall(b"ping\n")
+            return {"ok": True, "status": status, "echo": sock.recv(64).decode("latin-1")}
+    except OSError as exc:
+        return _failure(exc)
+
+
 def fork_bomb(args: dict[str, Any]) -> dict[str, Any]:
     """Fork until refused (at most ``limit``); the children wait, then all are killed."""
     limit = int(args.get("limit", 5000))
@@ -105,6 +130,31 @@ def fill_disk(args: dict[str, Any]) -> dict[str, Any]:
     return {**outcome, "written_mb": written >> 20}
 
 
+def fill_many(args: dict[str, Any]) -> dict[str, Any]:
+    """Write 4 MiB files (in ``folder``, default the work directory) until refused; remove them."""
+    folder = os.path.expanduser(str(args.get("folder", ".")))
+    limit = int(args.get("limit_mb", 1 << 20)) << 20
+    chunk = b"\1" * (4 << 20)
+    written, names = 0, []
+    outcome: dict[str, Any] = {"ok": True}
+    try:
+        while written < limit:
+            name = os.path.join(folder, f"many-{len(names)}.bin")
+            names.append(name)
+            with open(name, "wb") as f:
+                f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+            written += len(chunk)
+    except OSError as exc:
+        outcome = _failure(exc)
+    finally:
+        for name in names:
+            if os.path.exists(name):
+                os.remove(name)
+    return {**outcome, "written_mb": written >> 20, "files": len(names)}
+
+
 def whoami(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "ok": True,
@@ -143,9 +193,11 @@ def spin(args: dict[str, Any]) -> dict[str, Any]:
 TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "read_file": read_file,
     "connect": connect,
+    "via_proxy": via_proxy,
     "fork_bomb": fork_bomb,
     "allocate": allocate,
     "fill_disk": fill_disk,
+    "fill_many": fill_many,
     "whoami": whoami,
     "remember": remember,
     "recall": recall,

@@ -24,4 +24,5 @@ def local_sandbox(data_dir: Path) -> Sandbox | None:
         data_dir=data_dir,
         read_paths=tuple(Path(p) for p in SANDBOX_READ_PATHS.split(",")),
         disable_userns=found.disable_userns,
+        python=found.python or "",
     )

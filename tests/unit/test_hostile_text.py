@@ -32,7 +32,7 @@ from appliance.catalogue import (
     screening,
 )
 from appliance.children import spec as stdio_spec
-from appliance.egress import guard, http1, oauth, openapi_call
+from appliance.egress import connect_proxy, guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway import credentials, patterns
 from appliance.gateway.validation import validate_arguments
@@ -141,6 +141,9 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "credentials._QUERY_NAME": lambda s: credentials._QUERY_NAME.fullmatch(s),
     "stdio_spec._ENV_NAME": lambda s: stdio_spec._ENV_NAME.fullmatch(s),
     "stdio_spec._SAFE_NAME": lambda s: stdio_spec._SAFE_NAME.fullmatch(s),
+    "stdio_spec._URL_HOST": lambda s: stdio_spec.registry_hosts({"npm_config_registry": "https://" + s}),
+    "connect_proxy._NAME": lambda s: connect_proxy._NAME.fullmatch(s),
+    "connect_proxy._AUTHORITY": lambda s: connect_proxy._AUTHORITY.fullmatch(s),
     # A Lore document's lines (headings, fences) and titles
     "formats._ATX": lambda s: formats._ATX.match("# " + s + " #"),
     "formats._FENCE": lambda s: formats._FENCE.match(s),

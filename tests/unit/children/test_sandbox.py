@@ -15,6 +15,8 @@ from appliance import config
 from appliance.children import sandbox as sandbox_mod
 from appliance.children.processes import StdioPolicy, StdioProcess, StdioSpec
 from appliance.children.sandbox import (
+    PROXY_PORT,
+    PROXY_SOCKET,
     Installed,
     Limits,
     Probe,
@@ -23,6 +25,7 @@ from appliance.children.sandbox import (
     package_install,
     probe,
 )
+from appliance.children.spec import registry_hosts
 from appliance.errors import UpstreamError
 from tests.support.sandboxes import local_sandbox
 
@@ -40,10 +43,10 @@ def make(tmp_path: Path, **changes: object) -> Sandbox:
     return Sandbox(**values)  # type: ignore[arg-type]
 
 
-def launch_argv(box: Sandbox, tmp_path: Path, *, network: bool = False) -> list[str]:
+def launch_argv(box: Sandbox, tmp_path: Path, *, proxy: Path | None = None) -> list[str]:
     home = tmp_path / "data" / "stdio" / ".home" / "p.kit"
     cwd = tmp_path / "data" / "stdio" / "p.kit"
-    return box.launch("p.kit", ["/usr/bin/node", "server.js"], {}, home=home, cwd=cwd, network=network).argv
+    return box.launch("p.kit", ["/usr/bin/node", "server.js"], {}, home=home, cwd=cwd, proxy=proxy).argv
 
 
 @pytest.mark.parametrize(
@@ -84,11 +87,29 @@ def test_the_limits_become_prlimit_flags_and_zero_leaves_one_unset() -> None:
     assert flags == ["--as=1073741824:1073741824", "--cpu=10:15", "--nproc=64:64", "--fsize=1048576:1048576"]
 
 
-def test_no_network_and_new_namespaces_by_default_and_network_only_when_asked(tmp_path: Path) -> None:
+def test_no_network_and_new_namespaces_always_and_the_proxy_only_behind_the_forwarder(tmp_path: Path) -> None:
     argv = launch_argv(make(tmp_path), tmp_path)
     for flag in ("--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"):
         assert flag in argv
-    assert "--unshare-net" not in launch_argv(make(tmp_path), tmp_path, network=True)
+    assert PROXY_SOCKET not in argv
+    socket = tmp_path / "e.sock"
+    proxied = launch_argv(make(tmp_path, python="/usr/bin/python3"), tmp_path, proxy=socket)
+    assert "--unshare-net" in proxied  # still its own network namespace
+    assert proxied[proxied.index(PROXY_SOCKET) - 1] == str(socket)
+    server = proxied.index("/usr/bin/node")
+    assert proxied[server - 1] == "--" and proxied[server - 7 : server - 5] == ["/usr/bin/python3", "-I"]
+    with pytest.raises(OSError, match="python3"):
+        launch_argv(make(tmp_path), tmp_path, proxy=socket)  # no forwarder without a python
+
+
+def test_the_proxy_variables_point_at_the_forwarder_and_only_a_run_is_offline(tmp_path: Path) -> None:
+    box = make(tmp_path)
+    run_env = box.environment(tmp_path, proxied=True)
+    assert run_env["HTTPS_PROXY"] == run_env["npm_config_https_proxy"] == f"http://127.0.0.1:{PROXY_PORT}"
+    assert run_env["NO_PROXY"] == "" and run_env["npm_config_offline"] == "true"
+    install_env = box.environment(tmp_path, install=True, proxied=True)
+    assert "npm_config_offline" not in install_env and "UV_OFFLINE" not in install_env
+    assert "HTTPS_PROXY" not in box.environment(tmp_path)
 
 
 def test_only_the_toolkits_own_directories_are_writable_and_the_data_dir_is_never_bound(
@@ -235,3 +256,14 @@ def test_an_install_is_recorded_outside_the_toolkits_directories_and_forgotten_w
     shutil.rmtree(home)  # the operator deletes the HOME to upgrade: the next start installs again
     (home / ".npm").mkdir(parents=True)
     assert not installed.has("p.kit", command, home)
+
+
+def test_a_registry_the_childs_environment_names_is_open_to_its_install() -> None:
+    env = {
+        "npm_config_registry": "https://npm.mirror.example:8443/repo/",
+        "UV_INDEX_URL": "https://user:pw@pypi.mirror.example/simple",
+        "PIP_INDEX_URL": "http://[2001:db8::5]/simple",
+        "UV_DEFAULT_INDEX": "file:///opt/pypi/simple",  # no host: nothing to open
+        "OTHER": "https://not.a.registry",
+    }
+    assert registry_hosts(env) == ["npm.mirror.example:8443", "pypi.mirror.example:443", "[2001:db8::5]:80"]
