@@ -26,7 +26,9 @@ def default_migrations_dir() -> Path:
 
 
 # Numbers handed to parallel branches in session 3 that none of them needed: never used.
-_RESERVED: frozenset[int] = frozenset({8, 9})
+# 16 to 18: handed to the branches working beside the console's this round (the integrator
+# renumbers or releases them at merge).
+_RESERVED: frozenset[int] = frozenset({8, 9, 16, 17, 18})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:
