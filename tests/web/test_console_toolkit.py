@@ -9,7 +9,6 @@ every POST needs its CSRF token.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from appliance.catalogue import store
 from appliance.gateway import imports
 from tests.support import hostile_pages, tiny_stdio, worlds
 from tests.support.clients import modern_tools_call
+from tests.support.console_pages import signed_in
 from tests.support.inprocess import InProcess, served_in_process
 from tests.support.servers import sandbox_reading
 from tests.support.worlds import GrantSpec, KitSpec, World
@@ -112,22 +112,6 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
 
 def built(app: InProcess) -> worlds.Built:
     return app.ctx[0]  # type: ignore[attr-defined, no-any-return]
-
-
-CSRF = re.compile(r'name="csrf" value="([^"]*)"')
-
-
-def signed_in(app: InProcess, key: str) -> tuple[httpx.Client, str]:
-    client = app.client(timeout=20)
-    form = client.get("/console/sign-in")
-    token = CSRF.search(form.text)
-    assert token
-    done = client.post("/console/sign-in", data={"key": key, "csrf": token.group(1)})
-    assert done.status_code == 303, done.text[:300]
-    page = client.get("/console/toolkits")
-    found = CSRF.search(page.text)
-    assert found
-    return client, found.group(1)
 
 
 def section(page: str, heading_id: str) -> str:

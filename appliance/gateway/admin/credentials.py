@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from appliance.errors import InvalidParams
 from appliance.gateway import credentials
 from appliance.gateway.admin.grants import managed_toolkit
+from appliance.gateway.admin.imports import env_lines
 from appliance.gateway.admin.projects import check_project
 from appliance.models import Principal
 
@@ -32,7 +33,6 @@ FORM_FIELDS = {
     "oauth2": ("token_url", "scope", "client_auth", "client_id", "client_secret", "refresh_token"),
     "env": ("env",),
 }
-ENV_LINES_MAX = 64
 
 
 async def show(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
@@ -61,19 +61,6 @@ async def clear(rt: Runtime, actor: Principal, slug: str, project: str) -> bool:
     return await credentials.clear_credential(rt, slug, project=project)
 
 
-def _env_lines(text: str) -> dict[str, str]:
-    env: dict[str, str] = {}
-    lines = [line for line in text.replace("\r\n", "\n").split("\n") if line.strip()]
-    if len(lines) > ENV_LINES_MAX:
-        raise InvalidParams(f"'env' takes at most {ENV_LINES_MAX} variables", field="env")
-    for number, line in enumerate(lines, 1):
-        name, equals, value = line.strip().partition("=")
-        if not equals:
-            raise InvalidParams(f"'env' line {number} must read NAME=value", field="env")
-        env[name.strip()] = value
-    return env
-
-
 def form_document(fields: Mapping[str, str]) -> dict[str, Any]:
     """A form's flat fields as the credential document: the scheme's own fields, the empty
     ones left out (so a missing secret is refused naming it), ``env`` as NAME=value lines."""
@@ -85,5 +72,5 @@ def form_document(fields: Mapping[str, str]) -> dict[str, Any]:
         value = fields.get(name, "")
         if not value:
             continue
-        doc[name] = _env_lines(value) if name == "env" else value
+        doc[name] = env_lines(value) if name == "env" else value
     return doc

@@ -208,6 +208,10 @@ def _notice(request: Request) -> str:
         return "Kind saved."
     if done == "quota":
         return "Quota and fee saved."
+    if done == "imported":
+        held = _count(request, "held")
+        more = f" {_plural(held, 'tool')} held pending by screening: review below." if held else ""
+        return f"Imported {_plural(_count(request, 'n'), 'tool')}.{more}"
     if done == "credential":
         return "Credential saved and sealed in the vault. Its value is never shown again."
     if done == "uncredential":
@@ -336,4 +340,4 @@ async def static_file(request: Request, name: str) -> HTTPResponse:
 
 
 # the routes of these modules join ``bp`` when they are imported (after it is complete)
-from appliance.web.console import toolkit_forms  # noqa: E402, F401
+from appliance.web.console import imports, toolkit_forms  # noqa: E402, F401

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from appliance.errors import InvalidParams
-from appliance.gateway.admin.credentials import ENV_LINES_MAX, form_document
+from appliance.gateway.admin.credentials import form_document
+from appliance.gateway.admin.imports import ARGS_MAX
 
 
 def test_a_form_keeps_only_its_schemes_fields_and_leaves_the_empty_ones_out() -> None:
@@ -31,7 +32,7 @@ def test_an_environment_is_read_as_name_value_lines() -> None:
         ({"scheme": "<b>"}, "scheme"),
         ({}, "scheme"),
         ({"scheme": "env", "env": "NO_EQUALS"}, "env"),
-        ({"scheme": "env", "env": "\n".join(f"A{i}=1" for i in range(ENV_LINES_MAX + 1))}, "env"),
+        ({"scheme": "env", "env": "\n".join(f"A{i}=1" for i in range(ARGS_MAX + 1))}, "env"),
     ],
 )
 def test_a_bad_form_is_refused_naming_its_field(fields: dict[str, str], field: str) -> None:
