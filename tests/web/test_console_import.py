@@ -20,6 +20,7 @@ import pytest
 
 from appliance.catalogue import store
 from tests.support import hostile_pages, tiny_stdio, worlds
+from tests.support.console_pages import CSRF
 from tests.support.console_pages import signed_in as signed_in_at
 from tests.support.inprocess import InProcess, served_in_process
 from tests.support.servers import sandbox_reading
@@ -82,6 +83,12 @@ DRAFT = re.compile(r'name="draft" value="([^"]*)"')
 
 def signed_in(app: InProcess, key: str) -> tuple[httpx.Client, str]:
     return signed_in_at(app, key, landing="/console/import")
+
+
+def csrf_of_page(text: str) -> str:
+    found = CSRF.search(text)
+    assert found
+    return found.group(1)
 
 
 def counts(app: InProcess) -> tuple[int, int]:
@@ -210,11 +217,14 @@ def test_a_spec_by_url_is_fetched_once_and_saved_from_the_bytes_the_dry_run_read
         saved = ann.post("/console/import/save", data={"csrf": csrf, "draft": draft_of(preview)})
         assert saved.status_code == 303
         assert _Spec.hits == 1  # the save imported the bytes the dry run read
+        # it came from a URL, so its page re-imports from there
+        page = ann.get("/console/toolkits/default/served").text
+        again = ann.post("/console/toolkits/default/served/reimport", data={"csrf": csrf_of_page(page)})
+        assert again.status_code == 200 and _Spec.hits == 2, again.text[-500:]
+        assert "<dt>Unchanged</dt><dd>2</dd>" in again.text
     finally:
         server.shutdown()
         server.server_close()
-    page = ann.get("/console/toolkits/default/served").text
-    assert "Re-import the spec" in page  # and it came from a URL, so a re-import may fetch it again
 
 
 def test_a_pasted_mcp_json_of_a_command_is_an_admins_and_its_dry_run_lists_the_servers_tools(
