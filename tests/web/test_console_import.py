@@ -29,6 +29,7 @@ from tests.support.worlds import World
 pytestmark = pytest.mark.inprocess
 
 WORLD = World(users=[False, False], agents=[], kits=[])
+UPLOAD_MAX = 256 * 1024  # this app's import bound: a spec over it is refused whole
 PAYLOAD = hostile_pages.PAYLOADS[0]
 ESCAPED = "&lt;script&gt;window.__pwned = &#39;script&#39;&lt;/script&gt;"
 
@@ -64,6 +65,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
         "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
         "TOOLSPOKE_IMPORTS_PER_HOUR": "1000",
         "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
+        "TOOLSPOKE_IMPORT_MAX_BYTES": str(UPLOAD_MAX),
         **sandbox_reading(folder / "tools"),
     }
     with served_in_process(folder / "data", env=env) as served:
@@ -305,3 +307,17 @@ def test_a_remote_url_dry_run_is_refused_by_the_egress_guard_naming_the_field(ap
         },
     )
     assert wrong.status_code == 422 and "&#39;transport&#39;" in wrong.text
+
+
+def test_an_upload_over_the_import_bound_is_refused_and_stores_nothing(app: InProcess) -> None:
+    ann, csrf = signed_in(app, user_key(app, 0))
+    before = counts(app)
+    big = json.dumps({**spec(), "x-padding": "p" * UPLOAD_MAX}).encode()
+    refused = ann.post(
+        "/console/import/openapi",
+        data={"csrf": csrf, "slug": "big"},
+        files={"spec_file": ("big.json", big, "application/json")},
+    )
+    assert refused.status_code in (413, 422) and "bytes" in refused.text, refused.text[-400:]
+    assert counts(app) == before
+    assert ann.get("/console/import").status_code == 200  # the session goes on
