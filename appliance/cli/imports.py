@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
 from appliance.cli.common import (
     DATA_DIR,
@@ -235,25 +234,20 @@ def import_examples(
     )
 
 
-def _mcp_servers_entry(path: str, server: str | None) -> dict[str, Any]:
-    """One server from a ``.mcp.json`` / Claude Desktop ``mcpServers`` block."""
+def _mcp_servers_connection(path: str, server: str | None) -> dict[str, Any]:
+    """One server from a ``.mcp.json`` / Claude Desktop ``mcpServers`` block, read as the
+    console reads a pasted one (``gateway/admin/imports.mcp_json_connection``)."""
+    from appliance.errors import ApplianceError
+    from appliance.gateway.admin.imports import mcp_json_connection
+
     try:
-        doc = orjson.loads(Path(path).read_bytes())
+        raw = Path(path).read_bytes()
     except OSError as exc:
         fail(f"cannot read {path}: {exc.strerror}", 2)
-    except orjson.JSONDecodeError as exc:
-        fail(f"{path} is not valid JSON: {exc}", 2)
-    servers = doc.get("mcpServers") if isinstance(doc, dict) else None
-    if not isinstance(servers, dict) or not servers:
-        fail(f"{path} has no 'mcpServers' object", 2)
-    if server is None:
-        if len(servers) != 1:
-            fail(f"{path} lists several servers ({', '.join(servers)}); pick one with --server", 2)
-        server = next(iter(servers))
-    entry = servers.get(server)
-    if not isinstance(entry, dict):
-        fail(f"{path} has no server named {server!r}", 2)
-    return entry
+    try:
+        return mcp_json_connection(raw, server, field_name=path)
+    except ApplianceError as exc:
+        fail(exc.public_message.replace("'server'", "--server"), 2)
 
 
 @import_.command("mcp", context_settings={"ignore_unknown_options": True})
@@ -344,21 +338,12 @@ def import_mcp(
     if mcp_config is not None:
         if target:
             fail("give either --config or a URL/command, not both", 2)
-        entry = _mcp_servers_entry(mcp_config, server)
-        if isinstance(entry.get("url"), str):
+        entry = _mcp_servers_connection(mcp_config, server)
+        if entry["transport"] != "stdio":
             url = entry["url"]
-            if transport == "auto" and entry.get("type") in ("sse", "http"):
-                transport = str(entry["type"])
+            transport = entry["transport"] if transport == "auto" else transport
         else:
-            command = entry.get("command") if isinstance(entry.get("command"), str) else None
-            raw_args = entry.get("args") or []
-            args = [str(a) for a in raw_args] if isinstance(raw_args, list) else []
-            raw_env = entry.get("env") or {}
-            env = (
-                {**{str(k): str(v) for k, v in raw_env.items()}, **env} if isinstance(raw_env, dict) else env
-            )
-            if command is None:
-                fail(f"server entry in {mcp_config} has neither 'url' nor 'command'", 2)
+            command, args, env = entry["command"], entry["args"], {**entry["env"], **env}
     elif len(target) == 1 and target[0].startswith(("http://", "https://")):
         url = target[0]
     elif target:

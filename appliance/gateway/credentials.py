@@ -93,6 +93,16 @@ def _name(doc: Mapping[str, Any], scheme: str, spec_schemes: Mapping[str, Any]) 
     return name
 
 
+def schemes_for(kind: str) -> tuple[str, ...]:
+    """The schemes a toolkit of ``kind`` (openapi, http, sse, stdio) takes; () for none."""
+    return {
+        "openapi": tuple(s for s in SCHEMES if s != "env"),
+        "http": MCP_HTTP_SCHEMES,
+        "sse": MCP_HTTP_SCHEMES,
+        "stdio": MCP_STDIO_SCHEMES,
+    }.get(kind, ())
+
+
 def parse_credential(
     rt: Runtime, doc: Mapping[str, Any], *, kind: str, spec_schemes: Mapping[str, Any] | None = None
 ) -> CredentialInput:
@@ -101,12 +111,7 @@ def parse_credential(
     ``doc`` is an admin API body or the CLI's equivalent; errors name the field.
     """
     scheme = doc.get("scheme")
-    allowed = {
-        "openapi": tuple(s for s in SCHEMES if s != "env"),
-        "http": MCP_HTTP_SCHEMES,
-        "sse": MCP_HTTP_SCHEMES,
-        "stdio": MCP_STDIO_SCHEMES,
-    }.get(kind, ())
+    allowed = schemes_for(kind)
     if not allowed:
         raise InvalidParams("this toolkit has no upstream to send a credential to", field="scheme")
     if scheme not in allowed:
@@ -208,6 +213,13 @@ async def set_credential(
         await vault_store.put(tx, rt.vault, kit["id"], cred.scheme, cred.settings, cred.plain())
     await _changed(rt, project, slug)
     return await show_credential(rt, slug, project=project)
+
+
+async def accepted_schemes(rt: Runtime, slug: str, *, project: str = "default") -> tuple[str, ...]:
+    """The schemes a credential of this toolkit may use (its upstream's kind decides)."""
+    async with rt.db.read() as conn:
+        kit = await sync_store.find_toolkit(conn, slug, project=project)
+    return schemes_for(_kind(kit))
 
 
 async def store_credential(tx: Any, rt: Runtime, toolkit_id: int, cred: CredentialInput) -> None:

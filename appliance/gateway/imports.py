@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -52,6 +53,7 @@ class ImportReport:
     changes: dict[str, Any] | None = None  # a replace: added, changed, removed, returned, pending
     held: list[dict[str, Any]] = field(default_factory=list)  # pending for what screening found
     documents: dict[str, Any] | None = None  # a Lore import: documents added, changed, removed, kept
+    fingerprint: str | None = None  # an MCP import: the tools listed (``listing_fingerprint``)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class ImportReport:
             "held": self.held,
             **({"changes": self.changes} if self.changes is not None else {}),
             **({"documents": self.documents} if self.documents is not None else {}),
+            **({"fingerprint": self.fingerprint} if self.fingerprint is not None else {}),
             "seconds": round(self.seconds, 3),
         }
 
@@ -209,6 +212,12 @@ def _index_row(slug: str, tool_id: int, t: ToolDraft) -> fts.IndexRow:
     )
 
 
+def listing_fingerprint(draft: ToolkitDraft) -> str:
+    """A digest of the tools a draft would create, as an owner reviews them."""
+    listed = [(t.name, t.kind, t.title, t.description, t.input_schema, t.annotations) for t in draft.tools]
+    return hashlib.sha256(orjson.dumps(listed, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
 def draft_report(draft: ToolkitDraft, project: str, dry_run: bool, started: float) -> ImportReport:
     return ImportReport(
         slug=draft.slug,
@@ -216,7 +225,10 @@ def draft_report(draft: ToolkitDraft, project: str, dry_run: bool, started: floa
         source=draft.source,
         base_url=draft.base_url,
         dry_run=dry_run,
-        tools=[{"name": t.name, "kind": t.kind, "title": t.title} for t in draft.tools],
+        tools=[
+            {"name": t.name, "kind": t.kind, "title": t.title, "description": t.description}
+            for t in draft.tools
+        ],
         skipped=[{"where": s.where, "reason": s.reason} for s in draft.skipped],
         notes=list(draft.meta.get("notes", [])),
         seconds=time.perf_counter() - started,
@@ -376,8 +388,13 @@ async def import_mcp(
     approve_new: bool = False,
     credential: Mapping[str, Any] | None = None,
     importer: Principal | None = None,
+    expect: str | None = None,
 ) -> ImportReport:
     """Connect, list the server's tools, and store them with how to reach the server.
+
+    The report's ``fingerprint`` names the tools listed (names, kinds, descriptions,
+    schemas); ``expect``, a dry run's fingerprint, refuses to store anything but the tools
+    that dry run showed (the server may have changed in between).
 
     ``approve_new``: store the tools ``pending`` (invisible to agents until approved, see
     ``gateway/sync.approve``) instead of ``active``. ``credential`` (an admin API body's
@@ -420,11 +437,18 @@ async def import_mcp(
         meta={"server_info": info, "protocol_version": era},
     )
     draft.connection = connection
+    listed = listing_fingerprint(draft)
+    if expect is not None and expect != listed:
+        raise ImportFailed(
+            "the server's tools changed since the dry run; nothing was stored: run the dry run again",
+            field="source",
+        )
     report = draft_report(draft, project, dry_run, started)
     reach = ""
     if connection["transport"] == "stdio":
         hosts = connection.get("allow_hosts") or []
         reach = f"; sandbox network: {', '.join(hosts) + ' (through the egress guard)' if hosts else 'none'}"
+    report.fingerprint = listed
     report.notes.append(f"negotiated MCP protocol {era} over {connection['transport']}{reach}")
     if approve_new:
         report.notes.append("tools are pending until approved (toolspoke approve)")

@@ -25,6 +25,7 @@ from sanic import Blueprint, Request, response
 
 from appliance.errors import InvalidParams
 from appliance.gateway import credentials, imports
+from appliance.gateway.admin import credentials as toolkit_credentials
 from appliance.web.admin_routes import answers, body, managed, person_only, project, ssrf_unprocessable
 
 bp = Blueprint("admin_credentials", url_prefix="/api/v1")
@@ -35,25 +36,22 @@ bp.on_request(person_only)
 @answers(refuse=ssrf_unprocessable)
 async def put_credentials(request: Request, slug: str) -> Any:
     doc = body(request)
-    kit_project = project(request, doc)
-    await managed(request, slug, kit_project)
-    return await credentials.set_credential(request.app.ctx.rt, slug, doc, project=kit_project)
+    return await toolkit_credentials.put(
+        request.app.ctx.rt, request.ctx.principal, slug, project(request, doc), doc
+    )
 
 
 @bp.get("/toolkits/<slug>/credentials")
 @answers()
 async def get_credentials(request: Request, slug: str) -> Any:
-    kit_project = project(request)
-    await managed(request, slug, kit_project)
-    return await credentials.show_credential(request.app.ctx.rt, slug, project=kit_project)
+    return await toolkit_credentials.show(request.app.ctx.rt, request.ctx.principal, slug, project(request))
 
 
 @bp.delete("/toolkits/<slug>/credentials")
 @answers()
 async def delete_credentials(request: Request, slug: str) -> Any:
     kit_project = project(request)
-    await managed(request, slug, kit_project)
-    removed = await credentials.clear_credential(request.app.ctx.rt, slug, project=kit_project)
+    removed = await toolkit_credentials.clear(request.app.ctx.rt, request.ctx.principal, slug, kit_project)
     return {"toolkit": slug, "project": kit_project, "cleared": removed}
 
 

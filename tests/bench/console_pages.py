@@ -137,6 +137,7 @@ def pages(kits: int, tools_per_kit: int, *, more: bool = False) -> None:
         print(f"\n{kits} toolkits x {tools_per_kit} tools ({total:,} tools), seeded in {seeded:.1f} s")
         admin, user = signed_in(app, app.key), signed_in(app, built.user_keys[3])
         one = f"/console/toolkits/project{3 % 4}/kit0003"
+        app.run(health_history(app, built.kit_ids[3]))
         cases = [
             ("cards, page 1 (admin)", admin, "/console/toolkits", {}),
             ("cards, page 5 (admin)", admin, "/console/toolkits", {"page": "5"}),
@@ -150,7 +151,16 @@ def pages(kits: int, tools_per_kit: int, *, more: bool = False) -> None:
             ),
             ("cards fragment (htmx)", admin, "/console/toolkits", {"q": "kit0", "hx": "1"}),
             ("cards, page 1 (user)", user, "/console/toolkits", {}),
-            (f"toolkit page ({tools_per_kit} tools)", user, one, {}),
+            (f"toolkit page ({tools_per_kit} tools, 50 health transitions)", user, one, {}),
+            (
+                "toolkit page, history by tool and time",
+                user,
+                one,
+                {"tool": "kit0003__t1", "since": "2026-01-01T00:00", "until": "2999-01-01T00:00"},
+            ),
+            ("toolkit page (admin)", admin, one, {}),
+            ("import page", user, "/console/import", {}),
+            ("import page, .mcp.json form", user, "/console/import", {"mode": "json"}),
         ]
         if more:
             agent = built.agent_ids[3 * AGENTS_PER_USER]
@@ -179,6 +189,37 @@ def pages(kits: int, tools_per_kit: int, *, more: bool = False) -> None:
             print(
                 f"| {name} | {p['p50']:.1f} | {p['p95']:.1f} | {max(times):.1f} | {c['p50']:.1f} | {size:,} |"
             )
+        dry_run(app, user)
+
+
+async def health_history(app: InProcess, kit_id: int) -> None:
+    """A full health history (50 transitions) for the toolkit whose page is timed."""
+    from appliance.catalogue import store
+
+    for i in range(store.HEALTH_HISTORY):
+        async with app.rt.db.write() as tx:
+            await store.set_toolkit_health(tx, kit_id, "broken" if i % 2 else "active", f"check {i}")
+
+
+def dry_run(app: InProcess, client: httpx.Client) -> None:
+    """A dry run of a pasted 3-operation spec (parse, convert, screen; nothing stored)."""
+    page = client.get("/console/import").text
+    token = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert token is not None
+    spec = (
+        Path(__file__).resolve().parents[1] / "fixtures" / "openapi" / "oai-v2.0-petstore.json"
+    ).read_text()
+    form = {"csrf": token.group(1), "slug": "bench", "spec_text": spec}
+    times, cpu = [], []
+    for _ in range(ROUNDS // 2):
+        started, used = time.perf_counter(), time.process_time()
+        got = client.post("/console/import/openapi", data=form)
+        times.append((time.perf_counter() - started) * 1000)
+        cpu.append((time.process_time() - used) * 1000)
+        assert got.status_code == 200, got.text[-300:]
+    p, c = metrics.latency_summary(times), metrics.latency_summary(cpu)
+    figures = f"{p['p50']:.1f} | {p['p95']:.1f} | {max(times):.1f} | {c['p50']:.1f} | {len(got.content):,}"
+    print(f"| import dry run (pasted petstore, POST) | {figures} |")
 
 
 def grant_of(app: InProcess, agent_id: int) -> int:

@@ -284,7 +284,8 @@ def test_an_admin_sets_quota_and_fee_and_a_call_through_mcp_shows_in_the_history
     history = admin.get(path).text
     assert "<code>demo__createNote</code>" in history and "<td>ok</td>" in history
     assert (
-        "demo__createNote" not in admin.get(path, params={"outcome": "blocked"}).text.split("Call history")[1]
+        "<code>demo__createNote</code>"
+        not in admin.get(path, params={"outcome": "blocked"}).text.split("Call history")[1]
     )
     assert admin.get(path, params={"outcome": "<b>"}).status_code == 422
     ann, ann_csrf = signed_in(app, keys(app).user_keys[0])

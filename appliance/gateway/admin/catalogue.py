@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from appliance.access import principals
-from appliance.catalogue import toolkit_pages
+from appliance.catalogue import store, toolkit_pages
 from appliance.db import SyncReader
 from appliance.errors import InvalidParams, NotFound
-from appliance.gateway import sync
+from appliance.gateway import imports, sync
 from appliance.gateway.admin.grants import managed_toolkit, set_toolkit_access, toolkit_access
 from appliance.gateway.admin.projects import check_project
+from appliance.gateway.screening import reveal
 from appliance.models import RUNNER_FOR_KIND, Principal
 
 if TYPE_CHECKING:
@@ -98,19 +99,31 @@ async def toolkit_cards(
 
 
 async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
-    """One managed toolkit: its card, its health now and the streaks behind it, every tool."""
+    """One managed toolkit: its card, its health now, the streaks and transitions behind it,
+    every tool (a pending one with its screening findings and the diffs of its change)."""
     kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
 
-    def gather(r: SyncReader) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        return toolkit_pages.card_in(r, slug, project), toolkit_pages.tools_in(r, kit_id)
+    def gather(r: SyncReader) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[dict[str, Any]]]:
+        card = toolkit_pages.card_in(r, slug, project)
+        return card, toolkit_pages.tools_in(r, kit_id), store.health_history_in(r, kit_id)
 
-    card, tools = await rt.db.reading(gather)
+    card, tools, history = await rt.db.reading(gather)
     if card is None or card["id"] != kit_id:  # removed (or replaced) between the two reads
         raise NotFound(f"no toolkit named {slug!r} in project {project!r}", field="toolkit")
     allowed = set((await toolkit_access(rt, actor, slug, project))["allowed_tools"])
+    # A pending tool is reviewed with what the screening found and, for a changed one, the
+    # diffs of its definition against the one it replaces (the CLI's and API's ``pending``).
+    review = {}
+    if card["pending"]:
+        review = {t["name"]: t for t in await sync.list_pending(rt, slug, project)}
     for tool in tools:
         tool["runner"] = RUNNER_FOR_KIND[tool["kind"]]
         tool["allowed"] = tool["name"] in allowed
+        pending = review.get(tool["name"]) if tool["state"] == "pending" else None
+        tool["screening"] = (
+            [{k: reveal(str(v)) for k, v in f.items()} for f in pending["screening"]] if pending else []
+        )
+        tool["changes"] = {k: v for k, v in (pending["changes"] or {}).items() if v} if pending else {}
     state = rt.health.get(kit_id)
     recent = None
     if state is not None:
@@ -120,7 +133,13 @@ async def toolkit_detail(rt: Runtime, actor: Principal, slug: str, project: str)
             "oks": state.oks,
             "probing": rt.health.enforcing,
         }
-    return {"toolkit": card, "tools": tools, "recent_health": recent, "allowed_tools": sorted(allowed)}
+    return {
+        "toolkit": card,
+        "tools": tools,
+        "recent_health": recent,
+        "health_history": history,
+        "allowed_tools": sorted(allowed),
+    }
 
 
 async def approve_tools(
@@ -167,3 +186,39 @@ async def reclassify(
     if tool not in names:
         raise NotFound(f"toolkit {slug!r} has no tool named {tool!r}", field="tool")
     return await sync.reclassify(rt, tool, kind, project=project)
+
+
+async def reimport(
+    rt: Runtime, actor: Principal, slug: str, project: str, *, data: bytes | None = None
+) -> dict[str, Any]:
+    """Re-import a managed OpenAPI toolkit: its spec fetched again from the URL it came from
+    (``data`` None) or the one handed in, then a replace (tools matched by upstream name keep
+    their approvals, kinds, grants and vectors). The import report, with what it changed
+    (added, changed, removed, returned) and the operations skipped with why.
+
+    A toolkit imported from a file on the server, or from a request body, has no URL to
+    fetch again: its new spec must be handed in (no manager reads a server's file)."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    found = await rt.db.reading(lambda r: store.find_toolkits_in(r, slug, project=project))
+    kit = found[0] if found and found[0].id == kit_id else None
+    if kit is None or kit.source_kind != "openapi":
+        raise InvalidParams(
+            f"toolkit {slug!r} is not an OpenAPI toolkit; an MCP toolkit is re-synced instead",
+            field="toolkit",
+        )
+    if data is None and not kit.source.startswith(("http://", "https://")):
+        raise InvalidParams(
+            "'spec' is needed: this toolkit's spec came from no URL; upload or paste the new one",
+            field="spec",
+        )
+    report = await imports.import_openapi(
+        rt,
+        kit.source if data is None else "console upload",
+        slug=slug,
+        project=project,
+        base_url=kit.base_url or None,
+        replace=True,
+        data=data,
+        importer=actor,
+    )
+    return report.as_dict()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.access import principals
-from appliance.errors import Forbidden
+from appliance.errors import Forbidden, InvalidParams
 from appliance.gateway import ledgering
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal
@@ -48,3 +48,73 @@ async def grant_credit(
 async def void(rt: Runtime, actor: Principal, entry_id: int, *, note: Any = "") -> dict[str, Any]:
     principals.require_admin(actor)
     return await ledgering.void(rt, entry_id, actor=actor.key_prefix, note=note)
+
+
+HISTORY_TEXT_MAX = 200
+
+
+def _history_choice(value: str | None, field: str, allowed: tuple[str, ...]) -> str | None:
+    if not value:
+        return None
+    if value not in allowed:
+        raise InvalidParams(f"'{field}' must be one of {', '.join(allowed)}", field=field)
+    return value
+
+
+def _history_agent(value: str | int | None) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if not (isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18):
+        raise InvalidParams("'agent' must be an agent's id (a whole number)", field="agent")
+    return int(value)
+
+
+def _history_time(value: str | None, field: str) -> str | None:
+    """RFC 3339 or unix seconds as ``ledgering.parse_time`` takes them; a time without a zone
+    (what a browser's date-time field sends) is read as UTC, as every console time is."""
+    if not value:
+        return None
+    if len(value) > 64 or not value.isascii():
+        raise InvalidParams(f"'{field}' must be an RFC 3339 time or unix seconds", field=field)
+    _, _, clock = value.partition("T")
+    if clock and not clock.endswith(("Z", "z")) and "+" not in clock and "-" not in clock:
+        return value + "Z"
+    return value
+
+
+async def toolkit_calls(
+    rt: Runtime,
+    actor: Principal,
+    slug: str,
+    project: str,
+    *,
+    outcome: str | None = None,
+    agent: str | int | None = None,
+    tool: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    cursor: str | None = None,
+    limit: int = 20,
+) -> dict[str, Any]:
+    """A page of a toolkit's call history, newest first, narrowed by outcome, agent, tool and
+    a time range; every filter checked and refused naming its field. Who may see it is
+    ``ledgering.calls``'s rule (the toolkit's viewers; an agent's calls its user or an admin)."""
+    if tool is not None and (len(tool) > HISTORY_TEXT_MAX or not tool.isprintable()):
+        raise InvalidParams(
+            f"'tool' must be a tool name of at most {HISTORY_TEXT_MAX} characters", field="tool"
+        )
+    return await ledgering.calls(
+        rt,
+        actor,
+        toolkit_slug=slug,
+        project=project,
+        outcome=_history_choice(outcome, "outcome", ledgering.OUTCOMES),
+        agent=_history_agent(agent),
+        tool=tool or None,
+        since=_history_time(since, "since"),
+        until=_history_time(until, "until"),
+        limit=limit,
+        cursor=cursor or None,
+    )

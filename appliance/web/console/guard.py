@@ -16,7 +16,7 @@ import secrets
 from sanic import Request
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, Forbidden, Unauthorized
+from appliance.errors import ApplianceError, Forbidden, Unauthorized, UpstreamError
 from appliance.gateway.admin import sessions
 from appliance.models import Principal
 from appliance.web.guards import check_host, check_origin
@@ -103,4 +103,7 @@ def clear_cookie(request: Request, resp: HTTPResponse, name: str) -> None:
 
 
 def status_of(exc: ApplianceError) -> int:
+    # A URL the egress guard refuses is a bad form field (as in the admin API), not a 502.
+    if isinstance(exc, UpstreamError) and exc.reason == "ssrf_blocked":
+        return 422
     return exc.http_status if 400 <= exc.http_status < 600 else 400

@@ -17,7 +17,8 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, Forbidden, Unauthorized
 from appliance.gateway import ledgering
-from appliance.gateway.admin import catalogue, grants, ledger, sessions
+from appliance.gateway.admin import catalogue, grants, ledger, people, sessions
+from appliance.gateway.admin import credentials as toolkit_credentials
 from appliance.models import Principal
 from appliance.web.console import guard
 from appliance.web.console.rendering import error_context, render, secure, static
@@ -30,6 +31,7 @@ TYPE_NAMES = {"openapi": "OpenAPI", "remote": "remote MCP", "local": "local MCP"
 HEALTHS = ("active", "degraded", "broken", "starting")
 SIGNIN_MAX_AGE_S = 3600
 HISTORY_PAGE = 20
+HISTORY_FILTERS = ("outcome", "agent", "tool", "since", "until")
 _UNROUTED = {
     404: "there is no such page",
     405: "that method is not allowed here",
@@ -206,6 +208,14 @@ def _notice(request: Request) -> str:
         return "Kind saved."
     if done == "quota":
         return "Quota and fee saved."
+    if done == "imported":
+        held = _count(request, "held")
+        more = f" {_plural(held, 'tool')} held pending by screening: review below." if held else ""
+        return f"Imported {_plural(_count(request, 'n'), 'tool')}.{more}"
+    if done == "credential":
+        return "Credential saved and sealed in the vault. Its value is never shown again."
+    if done == "uncredential":
+        return "Credential cleared."
     return ""
 
 
@@ -215,15 +225,13 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
     try:
         found = await catalogue.toolkit_detail(rt, viewer, slug, project)
         quota = await ledger.quota(rt, viewer, slug, project)
-        calls = await ledgering.calls(
-            rt,
-            viewer,
-            toolkit_slug=slug,
-            project=project,
-            outcome=args.get("outcome") or None,
-            limit=HISTORY_PAGE,
-            cursor=args.get("cursor") or None,
+        filters = {name: args.get(name) or "" for name in HISTORY_FILTERS}
+        calls = await ledger.toolkit_calls(
+            rt, viewer, slug, project, **filters, cursor=args.get("cursor"), limit=HISTORY_PAGE
         )
+        agents = await people.list_agents(rt, viewer)
+        credential = await toolkit_credentials.show(rt, viewer, slug, project)
+        schemes = await toolkit_credentials.schemes(rt, viewer, slug, project)
     except ApplianceError as exc:
         return failure(request, exc)
     context = _context(
@@ -237,7 +245,11 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         quota=quota,
         calls=calls["calls"],
         next_cursor=calls["next_cursor"],
-        outcome=args.get("outcome") or "",
+        filters=filters,
+        agents=agents,
+        health_history=found["health_history"],
+        credential=credential,
+        schemes=schemes,
         outcomes=ledgering.OUTCOMES,
         notice=_notice(request),
         base=request.path,
@@ -329,3 +341,7 @@ async def change_toolkit(request: Request, project: str, slug: str, action: str)
 @bp.get("/static/<name>")
 async def static_file(request: Request, name: str) -> HTTPResponse:
     return static(request, name)
+
+
+# the routes of these modules join ``bp`` when they are imported (after it is complete)
+from appliance.web.console import imports, toolkit_forms  # noqa: E402, F401
