@@ -1,8 +1,8 @@
 """The console's acceptance flow (issue 18) in a real browser: Debian's headless Chromium,
 driven by Playwright, against a real ``toolspoke serve`` and a real HTTP upstream.
 
-Sign in; (the spec is imported through the admin API for now: see IMPORT below); approve the
-tool the import's screening held pending; create an agent, grant it that one tool; set the
+Sign in; import the upstream's spec on the Import page (a dry run first, then Save); approve
+the tool the import's screening held pending; create an agent, grant it that one tool; set the
 toolkit's quota and fee; give the admin credit; create the agent a key (shown once, copied by
 the button); make a call through MCP (plain JSON-RPC over HTTP with that key) and see it in
 the toolkit's call history and in the overview; revoke the key and see the next MCP call
@@ -11,6 +11,7 @@ refused; sign out. Nothing on the way runs a script of its own or breaks the CSP
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,20 +41,8 @@ def upstream() -> Iterator[MeteredUpstream]:
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory: pytest.TempPathFactory, upstream: MeteredUpstream) -> Iterator[Appliance]:
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
     with running_appliance(tmp_path_factory.mktemp("console-flow") / "data", env=ENV) as running:
-        # IMPORT: the console's Import page (with its dry run) is another branch's; until it
-        # lands the spec comes in through the admin API here. Once it does, replace this with
-        # the browser filling /console/import, reading the dry run's tool list, then saving.
-        spec = upstream.spec()
-        spec["paths"]["/hit"]["get"]["description"] = POISON
-        done = httpx.post(
-            running.base_url + "/api/v1/toolkits/openapi",
-            json={"slug": "flow", "spec": spec},
-            headers={"Authorization": f"Bearer {running.key}"},
-            timeout=30,
-        )
-        assert done.status_code == 201, done.text
         yield running
 
 
@@ -105,15 +94,30 @@ expect = sync_api.expect
 # per-test time limit); a step fails at once if the one before it did not leave its page.
 
 
-def test_1_sign_in_and_approve_the_tool_the_import_held_pending(app: Appliance, flow: Flow) -> None:
+def test_1_sign_in_import_with_a_dry_run_and_approve_the_tool_held_pending(
+    app: Appliance, upstream: MeteredUpstream, flow: Flow
+) -> None:
     page = flow.page
     page.goto(app.base_url + "/")
     page.get_by_label("Your API key").fill(app.key)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url("**/console/toolkits")
-    # (IMPORT: the console import step goes here; the fixture imported the spec)
-    page.get_by_role("link", name="meter", exact=True).click()
-    page.wait_for_url("**/console/toolkits/default/flow")
+    # Import the upstream's spec, pasted: a dry run lists its tools and stores nothing; Save.
+    spec = upstream.spec()
+    spec["paths"]["/hit"]["get"]["description"] = POISON
+    page.get_by_role("link", name="Import", exact=True).click()
+    page.get_by_label("Slug").fill("flow")
+    page.get_by_label("or paste it").fill(json.dumps(spec))
+    page.get_by_role("button", name="Dry run").click()
+    expect(page.locator("#would ~ table code", has_text="flow__hit")).to_have_count(1)
+    assert (
+        httpx.get(
+            app.base_url + "/api/v1/toolkits", headers={"Authorization": f"Bearer {app.key}"}, timeout=30
+        ).json()["toolkits"]
+        == []
+    )  # nothing stored by the dry run
+    page.get_by_role("button", name="Save this import").click()
+    page.wait_for_url("**/console/toolkits/default/flow?done=imported*")
     page.get_by_role("button", name="Approve flow__hit").click()
     expect(page.get_by_role("status")).to_have_text("Approved 1 tool.")
     hit = page.locator("tbody tr", has=page.locator("code", has_text="flow__hit"))

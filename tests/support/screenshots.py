@@ -49,6 +49,11 @@ def _paste_petstore(page: Any) -> None:
     page.wait_for_load_state("load")
 
 
+def _open_agent(page: Any) -> None:
+    page.get_by_role("link", name="helper-bot", exact=True).first.click()
+    page.wait_for_load_state("load")
+
+
 @dataclass(frozen=True)
 class Shot:
     name: str  # the PNG's file name, without .png
@@ -64,6 +69,12 @@ SHOTS = [
     Shot("toolkit-mcp-pending", "/console/toolkits/default/words"),
     Shot("import", "/console/import"),
     Shot("import-dry-run", "/console/import", then=_paste_petstore),
+    Shot("overview", "/console/overview"),
+    Shot("agents", "/console/agents"),
+    Shot("agent", "/console/agents", then=_open_agent),
+    Shot("users", "/console/users"),
+    Shot("search", "/console/search?q=list+the+pets"),
+    Shot("settings", "/console/settings"),
 ]
 
 
