@@ -29,6 +29,7 @@ OPENING = (
     "egress",
     "MCP sessions and stdio children",
     "interrupted calls",
+    "expired results",
     "demo toolkit",
     "backups",
 )
