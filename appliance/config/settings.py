@@ -204,10 +204,12 @@ class Settings:
     # -- semantic search (gateway/semantic.py; docs/search.md) ---------------------------------
     embeddings: str = _setting(
         "TOOLSPOKE_EMBEDDINGS",
-        "none",
-        values.choice("none", "local", "openai"),
-        "Embedding provider for semantic re-rank: `none` (lexical only), `local` (the bundled "
-        "all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible `/v1/embeddings`).",
+        "auto",
+        values.choice("auto", "none", "local", "openai"),
+        "Embedding provider for semantic re-rank: `auto` (`local` when the bundled model is "
+        "installed, as in the binary and after `make model`, else `none`), `none` (lexical only), "
+        "`local` (the bundled all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible "
+        "`/v1/embeddings`). Searches are lexical until the catalogue is embedded (in the background).",
     )
     embeddings_url: str | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_URL",

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,15 +44,30 @@ class Appliance:
         return self.base_url + "/mcp"
 
 
+# Semantic search is on by default where the bundled model is installed (as it is here), and a
+# serving appliance then embeds its whole catalogue in the background: seconds of CPU for the
+# large fixture specs, and rankings that turn hybrid part-way through a test. Tests and
+# benches start appliances lexical unless they say otherwise (an explicit value, or None for
+# the real default: tests/e2e/test_semantic_search.py).
+TEST_DEFAULTS = {"TOOLSPOKE_EMBEDDINGS": "none"}
+
+
+def environment(env: Mapping[str, str | None]) -> dict[str, str]:
+    """A child's environment: the tests' defaults, this one's, then ``env`` (None: unset)."""
+    full: dict[str, str | None] = {**TEST_DEFAULTS, **os.environ, **env}
+    return {k: v for k, v in full.items() if v is not None}
+
+
 def cli(
     data_dir: Path,
     *args: str,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     timeout: float = 60,
     command: list[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the toolspoke CLI as a user would (a new process), bounded by ``timeout``."""
-    full_env = {**os.environ, "TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
+    """Run the toolspoke CLI as a user would (a new process), bounded by ``timeout``; a
+    variable ``None`` in ``env`` is left unset."""
+    full_env = environment({"TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})})
     cmd = command or [sys.executable, "-m", "appliance"]
     return subprocess.run(
         [*cmd, *args], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=REPO, check=False
@@ -96,18 +111,20 @@ def import_mcp(app: Appliance, *args: str, env: dict[str, str] | None = None) ->
 def running_appliance(
     data_dir: Path,
     *,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     command: list[str] | None = None,
     start_timeout: float = 60,
 ) -> Iterator[Appliance]:
-    """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address."""
-    full_env = {
-        **os.environ,
-        "TOOLSPOKE_DATA_DIR": str(data_dir),
-        "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
-        "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
-        **(env or {}),
-    }
+    """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address.
+    A variable ``None`` in ``env`` is left unset."""
+    full_env = environment(
+        {
+            "TOOLSPOKE_DATA_DIR": str(data_dir),
+            "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
+            "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
+            **(env or {}),
+        }
+    )
     cmd = command or [sys.executable, "-m", "appliance"]
     init = subprocess.run(
         [*cmd, "init"],
