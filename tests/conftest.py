@@ -11,12 +11,21 @@ import pytest
 
 from tests.support import fuzz
 from tests.support.conformance import SUMMARY
-from tests.support.servers import SANDBOX_READ_PATHS, Appliance, PetstoreUpstream, running_appliance
+from tests.support.servers import (
+    SANDBOX_READ_PATHS,
+    TEST_DEFAULTS,
+    Appliance,
+    PetstoreUpstream,
+    running_appliance,
+)
 
 # Every appliance the tests start (a process inheriting this environment, or the CLI run in
 # process) sandboxes its stdio servers where bubblewrap works; they run from this checkout
 # (the npm peers, the test servers) and this Python, which the sandbox must let them read.
 os.environ.setdefault("TOOLSPOKE_STDIO_SANDBOX_READ_PATHS", SANDBOX_READ_PATHS)
+# ... and searches lexically unless a test says otherwise (tests/support/servers.TEST_DEFAULTS).
+for _name, _value in TEST_DEFAULTS.items():
+    os.environ.setdefault(_name, _value)
 
 
 @pytest.fixture

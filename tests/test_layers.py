@@ -34,7 +34,20 @@ BASELINE = Path(__file__).resolve().parent / "layers-baseline.txt"
 FLOOR = frozenset({"__init__", "errors"})  # the version string and the error tree: for all
 # lore/ (issue 23): a knowledge base's documents, chunks and their index are a concept of
 # their own, neither tools (catalogue/) nor the search over tools (search/)
-ROOMS = ("catalogue", "search", "vault", "access", "ledger", "lore", "egress", "children", "mcpclient")
+# artifacts/ (issue 22): large results kept aside, owned by their caller; neither the audit
+# (a call's record) nor the ledger (its charge)
+ROOMS = (
+    "catalogue",
+    "search",
+    "vault",
+    "access",
+    "ledger",
+    "lore",
+    "artifacts",
+    "egress",
+    "children",
+    "mcpclient",
+)
 FACES = ("rpc", "web", "cli")
 # the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and the MCP client alike
 PROTOCOL = "protocol"
@@ -52,6 +65,7 @@ IMPORTS: dict[str, frozenset[str]] = {
     "access": FLOOR | {"db", "models"},
     "ledger": FLOOR | {"db", "models"},
     "lore": FLOOR | {"db", "models"},
+    "artifacts": FLOOR | {"db", "models"},
     "vault": FLOOR | {"db", "models", "config", "secret"},
     # HTTP egress and the stdio children: no storage, so no db/
     "egress": FLOOR | {"models", "config", "secret", PROTOCOL},
@@ -93,7 +107,7 @@ PLAN = Plan(
     imports=IMPORTS,
     never=NEVER,
     libraries=LIBRARIES,
-    sql_homes=("db", "catalogue", "search", "vault", "access", "ledger", "lore"),
+    sql_homes=("db", "catalogue", "search", "vault", "access", "ledger", "lore", "artifacts"),
     env_homes=("config",),
     max_lines=800,
 )

@@ -204,10 +204,12 @@ class Settings:
     # -- semantic search (gateway/semantic.py; docs/search.md) ---------------------------------
     embeddings: str = _setting(
         "TOOLSPOKE_EMBEDDINGS",
-        "none",
-        values.choice("none", "local", "openai"),
-        "Embedding provider for semantic re-rank: `none` (lexical only), `local` (the bundled "
-        "all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible `/v1/embeddings`).",
+        "auto",
+        values.choice("auto", "none", "local", "openai"),
+        "Embedding provider for semantic re-rank: `auto` (`local` when the bundled model is "
+        "installed, as in the binary and after `make model`, else `none`), `none` (lexical only), "
+        "`local` (the bundled all-MiniLM-L6-v2 model, offline) or `openai` (an OpenAI-compatible "
+        "`/v1/embeddings`). Searches are lexical until the catalogue is embedded (in the background).",
     )
     embeddings_url: str | None = _setting(
         "TOOLSPOKE_EMBEDDINGS_URL",
@@ -560,6 +562,42 @@ class Settings:
         values.at_least(24.0),
         "Hours an idempotency key (`_meta` `toolspoke/idempotencyKey` on tools/call) and its stored "
         "result are kept; older keys are pruned and may be used again. At least 24.",
+    )
+    # -- large results kept aside (gateway/artifacts.py; docs/results.md) -----------------------
+    artifact_threshold_bytes: int = _setting(
+        "TOOLSPOKE_ARTIFACT_THRESHOLD_BYTES",
+        16384,
+        values.non_negative(int),
+        "A bridge tool call's result larger than this (bytes of its content as JSON) is kept aside: "
+        "the answer carries its head and a handle that `read_result` reads a range, lines, matching "
+        "lines or a JSON path of; also the most one `read_result` answer gives. 0 never keeps "
+        "results (they are answered whole, up to the response cap).",
+    )
+    artifact_head_bytes: int = _setting(
+        "TOOLSPOKE_ARTIFACT_HEAD_BYTES",
+        4096,
+        values.positive(int),
+        "Bytes of a kept result's text given in its answer (at most the threshold).",
+    )
+    artifact_owner_bytes: int = _setting(
+        "TOOLSPOKE_ARTIFACT_OWNER_BYTES",
+        64 * 1024 * 1024,
+        values.positive(int),
+        "Bytes one caller's (agent's or user's) kept results may hold together; its oldest are "
+        "evicted to make room for a new one.",
+    )
+    artifact_total_bytes: int = _setting(
+        "TOOLSPOKE_ARTIFACT_TOTAL_BYTES",
+        1024 * 1024 * 1024,
+        values.positive(int),
+        "Bytes all kept results may hold together; past it a new result is not kept (its answer "
+        "says so and still carries its head) rather than evicting another caller's.",
+    )
+    artifact_retention_h: float = _setting(
+        "TOOLSPOKE_ARTIFACT_RETENTION_H",
+        24.0,
+        values.positive(float),
+        "Hours a kept result can be read; expired ones are pruned as new ones are stored and at start.",
     )
     metrics_key: Secret | None = _setting(
         "TOOLSPOKE_METRICS_KEY",

@@ -26,9 +26,7 @@ def default_migrations_dir() -> Path:
 
 
 # Numbers handed to parallel branches in session 3 that none of them needed: never used.
-# 16 and 17 belong to this round's other branches (the console's is 18): at merge, a number
-# leaves this set as its migration lands.
-_RESERVED: frozenset[int] = frozenset({8, 9, 17})
+_RESERVED: frozenset[int] = frozenset({8, 9})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:

@@ -27,6 +27,7 @@ class Attempt:
     runner: str | None = None  # the bridge runner it came through (None: called by name)
     on_progress: ProgressCallback | None = None
     on_log: LogRelay | None = None
+    aside: bool = False  # a result over the threshold may be kept aside (read_result reaches it)
     at: float = field(default_factory=time.time)  # wall clock: the audit row's time
     started: float = field(default_factory=time.perf_counter)
 

@@ -128,7 +128,7 @@ class BackfillTask:
         self.last: BackfillReport | None = None
 
     def start(self) -> None:
-        if self.rt.settings.embeddings != "none" and self._task is None:
+        if self.rt.semantic.provider is not None and self._task is None:
             self._task = asyncio.create_task(self._run(), name="backfill")
 
     async def stop(self) -> None:

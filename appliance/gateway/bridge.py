@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.access import visibility
+from appliance.artifacts import reading
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import accounting, answers, audit, telemetry
+from appliance.gateway import accounting, answers, artifacts, audit, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -30,7 +31,7 @@ _PROJECT = {"type": "string"}  # needed only for a name in several projects; err
 _RUN_SCHEMA = {
     "type": "object",
     "properties": {
-        "tool": {"type": "string", "description": "Exact tool name."},
+        "tool": {"type": "string"},  # "found by search_tools" says it is the exact name
         "input": {"type": "object"},
         "project": _PROJECT,
     },
@@ -51,13 +52,13 @@ def _runner(name: str, what: str, annotations: dict[str, Any]) -> dict[str, Any]
     }
 
 
-_LIST = "Installed toolkits and tool names (call as <toolkit>__<name>); brief: by domain, one line each."
+_LIST = "Toolkits and tool names (call as <toolkit>__<name>); brief: by domain, one line each."
 BRIDGE_TOOLS: list[dict[str, Any]] = [
     {
         "name": "search_tools",
         "description": (
-            "Find tools for a task (describe the outcome or name the service): each result's exact "
-            'name, runner and input, a compact schema ("type: text" properties, $ref into defs).'
+            "Find tools for a task (the outcome, or a service's name): exact name, runner, compact "
+            'input ("type: text" properties, $ref into defs).'
         ),
         "inputSchema": {
             "type": "object",
@@ -67,7 +68,7 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
                     "type": "array",
                     "minItems": 1,
                     "maxItems": MAX_QUERIES,
-                    "description": f"Instead of query: up to {MAX_QUERIES} steps, results by step.",
+                    "description": f"Or up to {MAX_QUERIES} steps: results by step.",
                     "items": {
                         "type": "object",
                         "properties": {
@@ -83,12 +84,7 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
                 },
                 "toolkit": {"type": "string"},
                 "providers": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
-                "tags": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "maxItems": 50,
-                    "description": "Tool groups (OpenAPI tags).",
-                },
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 50},  # tool groups
                 "project": _PROJECT,
                 "limit": {"type": "integer", "minimum": 1, "maximum": 50},
             },
@@ -112,7 +108,7 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "describe_tools",
-        "description": "Full schemas of exact tool names.",
+        "description": "Full schemas by exact name.",
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -126,7 +122,7 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
     },
     {
         "name": "read_guide",
-        "description": "A toolkit's usage notes: how its tools fit together.",
+        "description": "A toolkit's usage notes.",
         "inputSchema": {
             "type": "object",
             "properties": {"toolkit": {"type": "string"}, "project": _PROJECT},
@@ -135,20 +131,34 @@ BRIDGE_TOOLS: list[dict[str, Any]] = [
         },
         "annotations": _BROWSE,
     },
-    _runner("use_tool", "read-only", {"readOnlyHint": True, "openWorldHint": True}),
-    _runner("run_tool", "write", {"destructiveHint": False, "openWorldHint": True}),
-    _runner(
-        "run_destructive_tool",
-        "destructive",
-        {"destructiveHint": True, "openWorldHint": True},
-    ),
+    {
+        "name": "read_result",
+        "description": "Read a kept result as its note says.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "handle": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 0},
+                "line": {"type": "integer", "minimum": 1},
+                "match": {"type": "string", "minLength": 1, "maxLength": reading.MAX_NEEDLE},
+                "path": {"type": "string", "minLength": 1, "maxLength": reading.MAX_PATH},
+            },
+            "required": ["handle"],
+            "additionalProperties": False,
+        },
+        "annotations": _BROWSE,
+    },
+    # openWorldHint is true unless said (MCP tool annotations): the runners reach the world
+    _runner("use_tool", "read-only", {"readOnlyHint": True}),
+    _runner("run_tool", "write", {"destructiveHint": False}),
+    _runner("run_destructive_tool", "destructive", {"destructiveHint": True}),
 ]
 BRIDGE_NAMES = {t["name"] for t in BRIDGE_TOOLS}
 RUNNERS = set(RUNNER_FOR_KIND.values())
 
 
 # Keywords that only guard the appliance: enforced, but not worth a model's tokens.
-_GUARDS = frozenset({"additionalProperties", "minItems", "maxItems", "minLength", "minimum"})
+_GUARDS = frozenset({"additionalProperties", "minItems", "maxItems", "minLength", "maxLength", "minimum"})
 
 
 def _published(node: Any) -> Any:
@@ -235,6 +245,11 @@ async def call_bridge(
         return answers.json_result(
             await describe_tools(rt, principal, args["names"], project=args.get("project"))
         )
+    if name == "read_result":
+        try:
+            return answers.json_result(await artifacts.read_result(rt, principal, args))
+        except (NotFound, InvalidParams) as exc:
+            return _error_result(exc)
     if name == "read_guide":
         try:
             return answers.json_result(
@@ -252,6 +267,7 @@ async def call_bridge(
             runner=name,
             on_progress=on_progress,
             on_log=on_log,
+            aside=True,
         )
     except (InvalidParams, UpstreamError) as exc:
         return _error_result(exc)

@@ -5,7 +5,8 @@ The order, stated once (``Serving.names``; ``tests/unit/gateway/test_lifecycle.p
     before the server serves          log thread; the runtime's parts (database, vault,
                                       semantic search, ledger, egress, MCP sessions and
                                       stdio children: ``Runtime.parts``); interrupted calls
-                                      recovered; the demo toolkit; the face's own state
+                                      recovered; expired kept results pruned; the demo
+                                      toolkit; the face's own state
     ---- the server serves ----
     once it serves                    the ready line (stop signals taken first); health
                                       monitor; embedding backfill; SSE streams; re-sync
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.gateway import idempotency, imports
+from appliance.gateway import artifacts, idempotency, imports
 from appliance.gateway.backfill import BackfillTask
 from appliance.gateway.health import HealthMonitor
 from appliance.gateway.runtime import Runtime
@@ -57,6 +58,8 @@ class Serving:
                 *rt.parts(),
                 # Keys whose call a killed process left running: never run again (LEDGER-05/06).
                 Service("interrupted calls", lambda: _recover(rt)),
+                # Kept results past their lifetime (every store prunes too: gateway/artifacts.py).
+                Service("expired results", lambda: artifacts.prune(rt)),
                 # Answered in process, at its own origin (gateway/demo_api.py).
                 Service("demo toolkit", lambda: imports.ensure_demo(rt)),
                 face.prepare,

@@ -1,15 +1,16 @@
 """The tool call as one pipeline: every caller's call takes these stages, in this order.
 
-    rate → resolve → runner check → validate → reserve → credential → dispatch → redact → record
+    rate → resolve → runner check → validate → reserve → credential → dispatch → redact
+    → keep aside → record
 
 ``run`` lists them. Each stage is a function of the runtime and the call's ``Attempt``
 (``gateway/attempt.py``), which carries everything one stage learns for the next; the
 rules live in the modules that own them: the rate limit, the reservation and the fee's fate
 in ``accounting``, the tool and its upstream in ``calls``, input checks in ``validation``,
-the credential and the redactor in ``credentials``, the audit row and the charge in
-``audit``. A refusal at any stage is recorded and raised; an upstream failure is an
-``isError`` result, never a protocol error; either way the attempt leaves exactly one
-audit row, acknowledged only once durable.
+the credential and the redactor in ``credentials``, large results in ``artifacts``, the
+audit row and the charge in ``audit``. A refusal at any stage is recorded and raised; an
+upstream failure is an ``isError`` result, never a protocol error; either way the attempt
+leaves exactly one audit row, acknowledged only once durable.
 
 Every caller comes through ``call_tool`` or ``run``: the bridge runners
 (``gateway/bridge.py``), ``/mcp/<slug>`` (``gateway/direct.py``), a ``tools/call`` by name
@@ -24,7 +25,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from appliance.errors import ApplianceError, RateLimited, UpstreamError
-from appliance.gateway import accounting, audit, calls, credentials, redaction
+from appliance.gateway import accounting, artifacts, audit, calls, credentials, redaction
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -42,11 +43,14 @@ def call_tool(
     runner: str | None = None,
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
+    aside: bool = False,
 ) -> Coroutine[Any, Any, CallResult]:
     """One tool call by its full name (await it). ``on_progress`` and ``on_log`` receive an
-    MCP upstream's progress and log messages (redacted). Not itself a coroutine: ``run``'s,
-    handed back, spares every suspension of every call one frame to unwind and resume."""
-    return run(rt, Attempt(principal, name, arguments, project, runner, on_progress, on_log))
+    MCP upstream's progress and log messages (redacted). ``aside``: the caller can reach
+    ``read_result``, so a large result may be kept aside (``gateway/artifacts.py``). Not
+    itself a coroutine: ``run``'s, handed back, spares every suspension of every call one
+    frame to unwind and resume."""
+    return run(rt, Attempt(principal, name, arguments, project, runner, on_progress, on_log, aside))
 
 
 async def run(rt: Runtime, attempt: Attempt) -> CallResult:
@@ -65,6 +69,8 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
             except UpstreamError as exc:
                 accounting.upstream_failed(rt, attempt, exc)  # an isError result
             redact(attempt)
+            if artifacts.due(rt, attempt):  # after redaction: nothing secret is stored
+                await artifacts.keep_aside(rt, attempt)
         except ApplianceError as exc:
             await refused(rt, attempt, exc)
             raise

@@ -12,13 +12,21 @@ import asyncio
 import logging
 import time
 from collections import Counter, OrderedDict
+from pathlib import Path
 
 import numpy as np
 
 from appliance.config import Settings
 from appliance.errors import ConfigError
 from appliance.gateway.semantic_egress import EmbeddingsEgress
-from appliance.search.embedders import Embedder, EmbeddingError, HttpEmbedder, LocalEmbedder
+from appliance.search.embedders import (
+    MODEL_DIR,
+    Embedder,
+    EmbeddingError,
+    HttpEmbedder,
+    LocalEmbedder,
+    local_model_available,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +38,31 @@ LOW_COSINE = 0.25
 RECENT_QUERIES = 512
 
 
-def build_provider(settings: Settings) -> Embedder | None:
+def provider_kind(settings: Settings, model_dir: Path = MODEL_DIR) -> str:
+    """``embeddings`` as it applies: ``auto`` is ``local`` when the bundled model's files are
+    installed, else ``none``."""
+    if settings.embeddings != "auto":
+        return settings.embeddings
+    return "local" if local_model_available(model_dir) else "none"
+
+
+def build_provider(settings: Settings, model_dir: Path = MODEL_DIR) -> Embedder | None:
     """The configured provider, or None; a half-configured one is a ConfigError naming the setting."""
-    if settings.embeddings == "none":
+    kind = provider_kind(settings, model_dir)
+    if settings.embeddings == "auto":
+        if kind == "none":
+            log.info(
+                "embeddings = auto: the bundled model is not installed in %s; search is lexical", model_dir
+            )
+        else:
+            log.info(
+                "embeddings = auto: the bundled local model; search is hybrid once the catalogue is embedded"
+            )
+    if kind == "none":
         return None
-    if settings.embeddings == "local":
+    if kind == "local":
         try:
-            return LocalEmbedder()
+            return LocalEmbedder(model_dir)
         except EmbeddingError as exc:
             raise ConfigError(f"embeddings = local: {exc.reason}", field="embeddings") from None
     url = settings.embeddings_url

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.gateway.runtime import Runtime
+from appliance.gateway.semantic import provider_kind
 from appliance.search import vectors
 
 
@@ -29,7 +30,7 @@ async def status(rt: Runtime) -> dict[str, Any]:
     enabled = rt.settings.semantic_search if switch_value is None else switch_value != "off"
     return {
         "enabled": enabled,
-        "provider": rt.settings.embeddings,
+        "provider": provider_kind(rt.settings),
         "model": model_id,
         "embedded": embedded,
         "tools": tools,

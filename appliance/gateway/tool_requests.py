@@ -87,7 +87,7 @@ def address(
         return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log)
     if name in bridge.BRIDGE_NAMES:  # the runners among them call the pipeline for their target
         return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log)
-    return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log)
+    return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log, aside=True)
 
 
 async def replay(

@@ -21,6 +21,7 @@ vectors whose id differs from the configured provider's are stale and get re-emb
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import threading
 from collections.abc import Mapping, Sequence
@@ -85,6 +86,18 @@ def local_model_available(model_dir: Path = MODEL_DIR) -> bool:
     return (model_dir / MODEL_FILE).is_file() and (model_dir / "tokenizer.json").is_file()
 
 
+def _digest(path: Path) -> str:
+    """The model file's hash, once per process and file version: with the local model on by
+    default every runtime opened (a CLI command, each test's) would otherwise hash 20 MB."""
+    stat = path.stat()
+    return _hash_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _hash_of(path: str, size: int, mtime_ns: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+
+
 class LocalEmbedder:
     """The bundled model; loaded on first use (about 0.3 s), then shared."""
 
@@ -93,7 +106,7 @@ class LocalEmbedder:
             raise EmbeddingError(f"the local model is not installed in {model_dir} (run `make model`)")
         self._dir = model_dir
         self._threads = threads
-        digest = hashlib.sha256((model_dir / MODEL_FILE).read_bytes()).hexdigest()[:12]
+        digest = _digest(model_dir / MODEL_FILE)
         # int8 results differ slightly between CPUs, so the id also carries the model file's hash.
         # The cut is part of the id: changing it re-embeds the catalogue.
         self.model_id = f"local/all-MiniLM-L6-v2-int8@{digest}/{MAX_TOKENS}"

@@ -30,6 +30,7 @@ BRIDGE = {
     "list_toolkits",
     "describe_tools",
     "read_guide",
+    "read_result",
     "use_tool",
     "run_tool",
     "run_destructive_tool",

@@ -20,6 +20,7 @@ import pytest
 from tests.support.clients import connect
 from tests.support.embeddings_server import EmbeddingsServer
 from tests.support.servers import ADMIN_KEY, REPO, Appliance, cli, running_appliance
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -71,19 +72,27 @@ def ok(done: subprocess.CompletedProcess[str]) -> str:
     return done.stdout
 
 
-def test_the_local_model_serves_hybrid_search_offline_and_the_kill_switch_works_without_restart(
+def test_by_default_the_local_model_serves_hybrid_search_offline_and_the_kill_switch_works_without_restart(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    env = {"TOOLSPOKE_EMBEDDINGS": "local", "TOOLSPOKE_DEMO": "false", "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}
+    # TOOLSPOKE_EMBEDDINGS unset: its default, which picks the bundled model installed here
+    env = {"TOOLSPOKE_EMBEDDINGS": None, "TOOLSPOKE_DEMO": "false", "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}
     ok(cli(data, "init", env=env))
     ok(cli(data, "import", "catalog", str(catalogue(tmp_path / "c.jsonl")), "--slug", "kit", env=env))
-    filled = json.loads(ok(cli(data, "backfill", "--json", env=env, timeout=120)))
-    assert filled["embedded"] == len(TOOLS) and filled["model"].startswith("local/all-MiniLM-L6-v2-int8@")
     with running_appliance(data, env=env) as app:
-        found = run(search(app))
-        assert found["ranking"] == "hybrid"
+        # serve embeds the catalogue in the background; searches are lexical until it is done
+        found: dict[str, Any] = {}
+
+        def hybrid() -> bool:
+            found.update(run(search(app)))
+            return found["ranking"] == "hybrid"
+
+        wait_for("the background backfill to make search hybrid", hybrid, timeout=60, pace_s=0.2)
         assert found["results"][0]["name"] == "kit__office_build_deck"
+        assert any("embeddings = auto: the bundled local model" in line for line in app.output)
+        status = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
+        assert status["provider"] == "local" and status["model"].startswith("local/all-MiniLM-L6-v2-int8@")
 
         # The kill switch from the CLI, beside the running server: the next search is lexical.
         assert "semantic search off" in ok(cli(data, "semantic", "off", env=env))

@@ -49,7 +49,11 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
         running = stack.enter_context(
             running_appliance(
                 tmp_path_factory.mktemp("faults") / "data",
-                env={"TOOLSPOKE_UPSTREAM_TIMEOUT_S": str(DEADLINE_S)},
+                # whole answers: the response cap is under test, not results kept aside
+                env={
+                    "TOOLSPOKE_UPSTREAM_TIMEOUT_S": str(DEADLINE_S),
+                    "TOOLSPOKE_ARTIFACT_THRESHOLD_BYTES": "0",
+                },
             )
         )
         import_mcp(running, urls["streamable-http"], "--slug", "caphttp")

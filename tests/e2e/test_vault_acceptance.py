@@ -73,7 +73,10 @@ def served(data: Path, **env: str) -> Iterator[tuple[EchoUpstream, Appliance, ht
     """An echo upstream and an appliance (demo off) with an admin client."""
     with (
         EchoUpstream() as echo,
-        running_appliance(data, env={"TOOLSPOKE_DEMO": "0", **env}) as app,
+        # the response cap is under test here, not results kept aside (tests/e2e/test_artifacts.py)
+        running_appliance(
+            data, env={"TOOLSPOKE_DEMO": "0", "TOOLSPOKE_ARTIFACT_THRESHOLD_BYTES": "0", **env}
+        ) as app,
         admin(app) as api,
     ):
         yield echo, app, api

@@ -34,7 +34,7 @@ from appliance import config
 from appliance.cli import main as cli_main
 from appliance.gateway.runtime import Runtime, prepare_data_dir
 from appliance.web.app import create_app
-from tests.support.servers import ADMIN_KEY, SANDBOX_READ_PATHS
+from tests.support.servers import ADMIN_KEY, SANDBOX_READ_PATHS, TEST_DEFAULTS
 
 T = TypeVar("T")
 # Where the app believes it serves (``announce`` reads the settings when no socket is
@@ -159,6 +159,7 @@ def settings_for(data_dir: Path, env: Mapping[str, str] | None = None) -> config
     """The settings ``serve`` would resolve with these environment variables, and only those
     (not the test runner's own environment)."""
     full = {
+        **TEST_DEFAULTS,
         "TOOLSPOKE_DATA_DIR": str(data_dir),
         "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
         "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from appliance import config
 from appliance.gateway.runtime import Runtime
+from appliance.models import Principal
 
 T = TypeVar("T")
 
@@ -33,3 +34,10 @@ def on_runtime(
             await rt.close()
 
     return asyncio.run(asyncio.wait_for(main(), timeout=timeout_s))
+
+
+async def plain_user(rt: Runtime, name: str) -> Principal:
+    """A new user without admin rights, as its own key would present it."""
+    async with rt.db.write() as tx:
+        row = await tx.one("INSERT INTO users (name, is_admin) VALUES (?, 0) RETURNING id", (name,))
+    return Principal(user_id=int(row["id"]), name=name, is_admin=False, key_prefix=f"tsk_{name}")

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,30 +46,48 @@ class Appliance:
         return self.base_url + "/mcp"
 
 
+# Semantic search is on by default where the bundled model is installed (as it is here), and a
+# serving appliance then embeds its whole catalogue in the background: seconds of CPU for the
+# large fixture specs, and rankings that turn hybrid part-way through a test. Tests and
+# benches start appliances lexical unless they say otherwise (an explicit value, or None for
+# the real default: tests/e2e/test_semantic_search.py).
+TEST_DEFAULTS = {"TOOLSPOKE_EMBEDDINGS": "none"}
+
+
+def environment(env: Mapping[str, str | None]) -> dict[str, str]:
+    """A child's environment: the tests' defaults, this one's, then ``env`` (None: unset)."""
+    full: dict[str, str | None] = {**TEST_DEFAULTS, **os.environ, **env}
+    return {k: v for k, v in full.items() if v is not None}
+
+
 def cli(
     data_dir: Path,
     *args: str,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     timeout: float = 60,
     command: list[str] | None = None,
     process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the toolspoke CLI on ``data_dir``: its exit code, standard output and standard error.
+    """Run the toolspoke CLI on ``data_dir``: its exit code, standard output and standard error;
+    a variable ``None`` in ``env`` is left unset.
 
     By default in this process (click's runner): the same command, the same reads and writes of
     the data directory, the same exit code and output, without a Python start and the
     appliance's imports (most of a second each, more on a loaded machine). ``process=True`` (or
     a ``command``, e.g. the binary) runs a new process, bounded by ``timeout``: for what only a
     process shows (the entry point, signals, locks held by a process that dies, standard input)."""
-    full_env = {"TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
+    given = {"TOOLSPOKE_DATA_DIR": str(data_dir), **(env or {})}
     if not process and command is None and not _SERVES.intersection(args[:1]):
-        return _cli_here(list(args), full_env)
+        # click's runner sets each variable for the command's time (None: unset), over ours.
+        defaults = {k: v for k, v in TEST_DEFAULTS.items() if k not in os.environ}
+        return _cli_here(list(args), {**defaults, **given})
+    full_env = environment(given)
     cmd = command or [sys.executable, "-m", "appliance"]
     return subprocess.run(
         [*cmd, *args],
         capture_output=True,
         text=True,
-        env={**os.environ, **full_env},
+        env=full_env,
         timeout=timeout,
         cwd=REPO,
         check=False,
@@ -93,7 +111,7 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
-def _cli_here(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _cli_here(args: list[str], env: Mapping[str, str | None]) -> subprocess.CompletedProcess[str]:
     from click.testing import CliRunner
 
     from appliance.cli import main
@@ -155,21 +173,22 @@ def import_mcp(app: Appliance, *args: str, env: dict[str, str] | None = None) ->
 def running_appliance(
     data_dir: Path,
     *,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str | None] | None = None,
     command: list[str] | None = None,
     start_timeout: float = 60,
 ) -> Iterator[Appliance]:
-    """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address."""
-    full_env = {
-        **os.environ,
+    """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address.
+    A variable ``None`` in ``env`` is left unset."""
+    given = {
         "TOOLSPOKE_DATA_DIR": str(data_dir),
         "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
         "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
         **(env or {}),
     }
+    full_env = environment(given)
     cmd = command or [sys.executable, "-m", "appliance"]
     # `init` in this process unless a command (the binary) is given: serve is the process here.
-    init = cli(data_dir, "init", env=full_env, timeout=start_timeout, command=command)
+    init = cli(data_dir, "init", env=given, timeout=start_timeout, command=command)
     assert init.returncode == 0, init.stderr
     proc = subprocess.Popen(
         [*cmd, "serve", "--port", "0"],

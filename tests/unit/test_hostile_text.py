@@ -34,7 +34,7 @@ from appliance.catalogue import (
 from appliance.children import spec as stdio_spec
 from appliance.egress import connect_proxy, guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
-from appliance.gateway import credentials, patterns
+from appliance.gateway import artifacts, credentials, patterns
 from appliance.gateway.validation import validate_arguments
 from appliance.lore import formats
 from appliance.mcpclient import http_transport as mcp_http
@@ -137,6 +137,7 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "oauth._ERROR_CODE": lambda s: oauth._ERROR_CODE.fullmatch(s),
     "jsonrpc._STRUCTURE": lambda s: jsonrpc.text_too_deep(s.encode(), limit=1 << 30),
     "credentials._TOKEN": lambda s: credentials._TOKEN.fullmatch(s),
+    "artifacts._HANDLE": lambda s: artifacts._HANDLE.fullmatch(s),  # a read_result handle
     "credentials._ENV_NAME": lambda s: credentials._ENV_NAME.fullmatch(s),
     "credentials._QUERY_NAME": lambda s: credentials._QUERY_NAME.fullmatch(s),
     "stdio_spec._ENV_NAME": lambda s: stdio_spec._ENV_NAME.fullmatch(s),

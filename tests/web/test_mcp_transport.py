@@ -87,6 +87,7 @@ def test_tools_list_shows_only_the_bridge_tools(http: httpx.Client) -> None:
         "list_toolkits",
         "describe_tools",
         "read_guide",
+        "read_result",
         "use_tool",
         "run_tool",
         "run_destructive_tool",

@@ -31,6 +31,7 @@ from appliance.gateway.searching import search, search_tools
 from appliance.models import ANONYMOUS, CallResult, Principal
 from tests.support import worlds
 from tests.support.embeddings_server import EmbeddingsServer
+from tests.support.servers import TEST_DEFAULTS
 from tests.support.worlds import GrantSpec, KitSpec, World
 
 SLUGS = ["alpha", "beta", "gamma", "delta"]
@@ -255,7 +256,12 @@ async def _check_principal(
 async def _check_world(world: World, embeddings_url: str | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # Access, not spend, is under test: calls cost nothing.
-        env = {"TOOLSPOKE_DATA_DIR": tmp, "TOOLSPOKE_DEMO": "0", "TOOLSPOKE_DEFAULT_FEE": "0"}
+        env = {
+            "TOOLSPOKE_DATA_DIR": tmp,
+            "TOOLSPOKE_DEMO": "0",
+            "TOOLSPOKE_DEFAULT_FEE": "0",
+            **TEST_DEFAULTS,
+        }
         if embeddings_url:
             env |= {
                 "TOOLSPOKE_EMBEDDINGS": "openai",

@@ -17,6 +17,7 @@ from appliance.gateway import readiness
 from appliance.gateway.lifecycle import Face, Serving
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.services import Service, Services
+from tests.support.servers import TEST_DEFAULTS
 
 # The serving order, as gateway/lifecycle.py states it: the first stage before the server
 # serves, the second once it serves. Stopping runs it backwards.
@@ -29,6 +30,7 @@ OPENING = (
     "egress",
     "MCP sessions and stdio children",
     "interrupted calls",
+    "expired results",
     "demo toolkit",
     "backups",
 )
@@ -131,7 +133,7 @@ def face(*, fail: str = "") -> Face:
 
 
 def serving(tmp_path: Path, events: list[str], *, fail: str = "") -> Serving:
-    settings = config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path / "data")})
+    settings = config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path / "data"), **TEST_DEFAULTS})
 
     def observe(event: str, name: str) -> None:
         events.append(f"{event} {name}")

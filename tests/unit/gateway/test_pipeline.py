@@ -39,6 +39,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.ledger import store as ledger_store
 from appliance.models import CallResult, Principal
 from appliance.secret import Needles
+from tests.support.runtimes import plain_user
 
 ORIGIN = "http://gate.toolspoke.invalid"
 FEE = 1000  # millicredits: TOOLSPOKE_DEFAULT_FEE=1
@@ -100,12 +101,6 @@ class World:
             return await conn.batch(lambda r: ledger_store.balance(r, who.user_id))
 
 
-async def _user(rt: Runtime, name: str) -> Principal:
-    async with rt.db.write() as tx:
-        row = await tx.one("INSERT INTO users (name, is_admin) VALUES (?, 0) RETURNING id", (name,))
-    return Principal(user_id=int(row["id"]), name=name, is_admin=False, key_prefix=f"tsk_{name}")
-
-
 @contextlib.asynccontextmanager
 async def world(**env: str) -> AsyncIterator[World]:
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +115,7 @@ async def world(**env: str) -> AsyncIterator[World]:
             await import_openapi(rt, "gate.json", slug="gate", data=orjson.dumps(SPEC))
             async with rt.db.write() as tx:  # a platform toolkit every user reaches, and pays for
                 await tx.one("UPDATE toolkits SET visibility = 'published' WHERE slug = 'gate' RETURNING id")
-            payer, broke = await _user(rt, "payer"), await _user(rt, "broke")
+            payer, broke = await plain_user(rt, "payer"), await plain_user(rt, "broke")
             await rt.book.admin(lambda r: ledger_store.insert_grant(r, 0.0, payer.user_id, 10 * FEE, "t", ""))
             yield World(rt, gate, payer, broke)
         finally:

@@ -15,6 +15,7 @@ import pytest
 
 from appliance import config
 from appliance.web.app import create_app
+from tests.support.servers import TEST_DEFAULTS
 from tests.unit.gateway.test_lifecycle import OPENING, SERVING
 
 
@@ -49,7 +50,9 @@ class Lifespan:
 def test_the_apps_hooks_start_the_whole_order_and_stop_all_of_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    app = create_app(config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path)}), name="lifecycle_hooks")
+    app = create_app(
+        config.load(env={"TOOLSPOKE_DATA_DIR": str(tmp_path), **TEST_DEFAULTS}), name="lifecycle_hooks"
+    )
     serving = app.ctx.serving
     assert serving.names == OPENING + SERVING
     assert serving.opening.started == () and serving.serving.started == ()  # nothing before start
