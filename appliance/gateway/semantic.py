@@ -36,7 +36,7 @@ def build_provider(settings: Settings) -> Embedder | None:
         return None
     if settings.embeddings == "local":
         try:
-            return LocalEmbedder()
+            return LocalEmbedder(bulk_threads=settings.embeddings_backfill_threads)
         except EmbeddingError as exc:
             raise ConfigError(f"embeddings = local: {exc.reason}", field="embeddings") from None
     url = settings.embeddings_url
