@@ -34,10 +34,6 @@ class Reader(Protocol):
 
     def one(self, sql: str, params: Params = ()) -> Any: ...
 
-    def unmapped(self) -> contextlib.AbstractContextManager[None]:
-        """Reads inside bypass the engine's memory map (a one-off scan of a large table)."""
-        ...
-
     def chunks(self, sql: str, params: Params = (), size: int = 4096) -> Iterator[list[Any]]:
         """The rows of one statement, ``size`` at a time (one snapshot, never all held at once)."""
         ...

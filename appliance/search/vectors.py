@@ -239,7 +239,8 @@ class Matrix:
     ids: np.ndarray  # int64 tool ids, ascending
     toolkits: np.ndarray  # int64 toolkit id of each row
     groups: np.ndarray  # int64 code of each row's (toolkit, group): the service it belongs to
-    vectors: np.ndarray  # one normalised row per tool: float32, float16 above EXACT_MAX
+    vectors: np.ndarray  # one normalised row per tool: float32, or int16 times ``scale``
+    scale: np.ndarray | None = None  # float32 per row when ``vectors`` is int16 (above EXACT_MAX)
     center: np.ndarray | None = None  # mean vector; the sketch is the sign of (vector - center)
     sketch: np.ndarray | None = None  # uint64 packed sign bits, (words, tools) (large catalogues)
     kit_values: np.ndarray | None = None  # distinct toolkit ids (filled on the first masked search)
@@ -249,16 +250,34 @@ class Matrix:
 def with_sketch(matrix: Matrix) -> Matrix:
     """Add the binary sketch (centred sign bits: MiniLM vectors share a large common component,
     so raw signs would be nearly equal for every tool)."""
-    center = matrix.vectors.mean(axis=0, dtype=np.float64).astype(np.float32)
-    matrix.center = center
     count = matrix.vectors.shape[0]
+    total = np.zeros(matrix.vectors.shape[1], dtype=np.float64)
+    for start in range(0, count, SKETCH_CHUNK):
+        total += _rows(matrix, slice(start, start + SKETCH_CHUNK)).sum(axis=0, dtype=np.float64)
+    center = (total / max(1, count)).astype(np.float32)
+    matrix.center = center
     words = (matrix.vectors.shape[1] + 63) // 64
     sketch = np.empty((words, count), dtype=np.uint64)
     for start in range(0, count, SKETCH_CHUNK):  # the sign bits of 100,000 rows at once: 38 MB
-        part = matrix.vectors[start : start + SKETCH_CHUNK]
+        part = _rows(matrix, slice(start, start + SKETCH_CHUNK))
         sketch[:, start : start + part.shape[0]] = _sign_words(part > center).T
     matrix.sketch = sketch
     return matrix
+
+
+def _rows(matrix: Matrix, which: slice | np.ndarray) -> np.ndarray:
+    """These rows as float32 (scaled back from int16 in a large catalogue's matrix)."""
+    rows = matrix.vectors[which]
+    if matrix.scale is None:
+        return rows
+    out: np.ndarray = rows.astype(np.float32) * matrix.scale[which, None]
+    return out
+
+
+def _quantised(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row as int16 times a float32 scale (its largest magnitude / 32767)."""
+    scale = np.maximum(np.abs(rows).max(axis=1), 1e-12) / 32767.0
+    return np.rint(rows / scale[:, None]).astype(np.int16), scale.astype(np.float32)
 
 
 def _sign_words(bits: np.ndarray) -> np.ndarray:
@@ -323,8 +342,7 @@ def matrix_in(conn: SyncReader, model_id: str) -> Matrix | None:
     if row is None or row[0] is None:
         return None
     dim, expected = int(row[0]), int(row[1])
-    with conn.unmapped():
-        built = _load(conn, model_id, dim, expected, version)
+    built = _load(conn, model_id, dim, expected, version)
     with _LOCK:
         _CACHE[key] = built
     return built
@@ -332,14 +350,17 @@ def matrix_in(conn: SyncReader, model_id: str) -> Matrix | None:
 
 def _load(conn: SyncReader, model_id: str, dim: int, expected: int, version: str) -> Matrix:
     """Read the vectors chunk by chunk into arrays allocated once (no list of 100,000 rows, no
-    joined copy of every blob). Above ``EXACT_MAX`` rows the matrix is kept as float16: only
-    the sketch's candidates are scored, converted to float32 first, and 100,000 x 384 takes
-    77 MB instead of 154 MB."""
+    joined copy of every blob). Above ``EXACT_MAX`` rows each vector is kept as int16 with a
+    scale of its own: only the sketch's candidates are scored, converted back first (0.2 ms for
+    2,000 rows; float16 took 1.5 ms to convert), and 100,000 x 384 takes 77 MB instead of 154 MB.
+    Cosines stay within 1e-5 of float32's (the exact top 10 unchanged on clustered test data,
+    where int8 changed 5 % of it)."""
     wide = expected <= EXACT_MAX
     ids = np.empty(expected, dtype=np.int64)
     kits = np.empty(expected, dtype=np.int64)
     groups = np.empty(expected, dtype=np.int64)
-    matrix = np.empty((expected, dim), dtype=np.float32 if wide else np.float16)
+    matrix = np.empty((expected, dim), dtype=np.float32 if wide else np.int16)
+    scale = None if wide else np.empty(expected, dtype=np.float32)
     codes: dict[tuple[int, str], int] = {}
     n = 0
     for rows in conn.chunks(
@@ -353,9 +374,13 @@ def _load(conn: SyncReader, model_id: str, dim: int, expected: int, version: str
         ids[n:end] = [r[0] for r in rows]
         kits[n:end] = [r[1] for r in rows]
         groups[n:end] = [codes.setdefault((r[1], r[3]), len(codes)) for r in rows]
-        matrix[n:end] = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(-1, dim)
+        block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(-1, dim)
+        if scale is None:
+            matrix[n:end] = block
+        else:
+            matrix[n:end], scale[n:end] = _quantised(block)
         n = end
-    built = Matrix(version, ids[:n], kits[:n], groups[:n], matrix[:n])
+    built = Matrix(version, ids[:n], kits[:n], groups[:n], matrix[:n], None if scale is None else scale[:n])
     if n > EXACT_MAX:
         with_sketch(built)
     return built
@@ -390,11 +415,11 @@ def nearest(
             distance[~allowed] = np.iinfo(np.int32).max
         wanted = min(max(PREFILTER, k), distance.shape[0])
         rows = np.argpartition(distance, wanted - 1)[:wanted]
-        scores = _dot(matrix.vectors[rows].astype(np.float32), query)
+        scores = _dot(_rows(matrix, rows), query)
         if allowed is not None:
             scores[~allowed[rows]] = -np.inf
     else:
-        scores = _dot(matrix.vectors, query)
+        scores = _dot(_rows(matrix, slice(None)), query)
         if allowed is not None:
             scores[~allowed] = -np.inf
     k = min(k, scores.shape[0])

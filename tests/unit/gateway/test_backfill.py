@@ -153,7 +153,7 @@ def test_once_a_search_went_hybrid_the_next_embeds_its_query_and_a_switched_off_
     assert after_off == []
 
 
-def test_above_the_exact_scan_size_the_matrix_is_float16_and_ranks_as_the_float32_one(
+def test_above_the_exact_scan_size_the_matrix_is_int16_and_ranks_as_the_float32_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     many = [(k, f"{n}_{i}", f"{d} Variant {i}.") for i in range(6) for k, n, d in TOOLS]
@@ -176,10 +176,10 @@ def test_above_the_exact_scan_size_the_matrix_is_float16_and_ranks_as_the_float3
 
         wide, narrow, query = with_runtime(tmp_path, server, work)
     assert wide.vectors.dtype == np.float32 and wide.sketch is None
-    assert narrow.vectors.dtype == np.float16 and narrow.sketch is not None
+    assert narrow.vectors.dtype == np.int16 and narrow.scale is not None and narrow.sketch is not None
     assert np.array_equal(wide.ids, narrow.ids) and np.array_equal(wide.groups, narrow.groups)
     assert len(wide.ids) == len(many)
-    assert np.allclose(wide.vectors, narrow.vectors, atol=1e-3)
+    assert np.allclose(wide.vectors, narrow.vectors * narrow.scale[:, None], atol=1e-4)
     exact = [t for t, _ in vectors.nearest(wide, query, k=5)]
     sketched = [t for t, _ in vectors.nearest(narrow, query, k=5)]
     assert sketched[0] == exact[0] and len(set(exact) & set(sketched)) >= 4
