@@ -61,6 +61,8 @@ def _runtime(data_dir: str) -> Runtime:
                 "TOOLSPOKE_EMBEDDINGS": "local",
                 # A stall of this shared machine must not trip the breaker mid-round.
                 "TOOLSPOKE_EMBEDDINGS_TIMEOUT_S": "10",
+                # The backfill's threads, as the operator would set them (default 2).
+                **{k: v for k, v in os.environ.items() if k == "TOOLSPOKE_EMBEDDINGS_BACKFILL_THREADS"},
             }
         )
     )
