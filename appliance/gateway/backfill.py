@@ -19,7 +19,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from appliance.db import SyncReader
 from appliance.errors import ConfigError
@@ -84,32 +83,14 @@ async def backfill(rt: Runtime, *, batch: int = BATCH, on_progress: Progress | N
     done = 0
     if on_progress:
         on_progress(0, len(todo))
-    step = max(1, batch)
-    chunks = [todo[start : start + step] for start in range(0, len(todo), step)]
-
-    def embedding(i: int) -> asyncio.Future[Any] | None:
-        if i >= len(chunks):
-            return None
-        return asyncio.ensure_future(provider.embed([t.text for t in chunks[i]], timeout_s=deadline))
-
-    # The next batch is embedded (the model's thread, or the endpoint) while this one is
-    # written (the writer's thread): on two cores the writes cost no embedding time.
-    pending = embedding(0)
-    try:
-        for i, chunk in enumerate(chunks):
-            assert pending is not None
-            rows = await pending
-            pending = embedding(i + 1)
-            async with rt.db.write() as tx:
-                await vectors.store(tx, model_id, list(zip(chunk, rows, strict=True)))
-            done += len(chunk)
-            if on_progress:
-                on_progress(done, len(todo))
-    finally:
-        if pending is not None:
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, EmbeddingError):
-                await pending
+    for start in range(0, len(todo), max(1, batch)):
+        chunk = todo[start : start + batch]
+        rows = await provider.embed([t.text for t in chunk], timeout_s=deadline)
+        async with rt.db.write() as tx:
+            await vectors.store(tx, model_id, list(zip(chunk, rows, strict=True)))
+        done += len(chunk)
+        if on_progress:
+            on_progress(done, len(todo))
     async with rt.db.write() as tx:
         removed = await vectors.sweep(tx)
     return BackfillReport(model_id, total, len(todo), done, copied, removed, time.perf_counter() - started)
