@@ -250,6 +250,13 @@ class Settings:
         values.positive(float),
         "Deadline for embedding one search query; past it the search answers lexically.",
     )
+    embeddings_backfill_threads: int = _setting(
+        "TOOLSPOKE_EMBEDDINGS_BACKFILL_THREADS",
+        2,
+        values.positive(int),
+        "Threads the local model embeds a backfill's tools on (each text still alone, so the "
+        "vectors do not depend on it); search queries keep a thread of their own.",
+    )
     embeddings_breaker_s: float = _setting(
         "TOOLSPOKE_EMBEDDINGS_BREAKER_S",
         30.0,

@@ -18,7 +18,7 @@ event loop's side, without any hop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -33,6 +33,10 @@ class Reader(Protocol):
     def all(self, sql: str, params: Params = ()) -> list[Any]: ...
 
     def one(self, sql: str, params: Params = ()) -> Any: ...
+
+    def chunks(self, sql: str, params: Params = (), size: int = 4096) -> Iterator[list[Any]]:
+        """The rows of one statement, ``size`` at a time (one snapshot, never all held at once)."""
+        ...
 
 
 class Writer(Reader, Protocol):

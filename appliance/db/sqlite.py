@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -30,7 +30,6 @@ from appliance.errors import ConfigError, StorageError
 T = TypeVar("T")
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 32 * 1024
-MMAP_BYTES = 512 * 1024 * 1024
 
 
 def dumps(value: Any) -> str:
@@ -55,10 +54,11 @@ def connect(path: str, *, writer: bool, synchronous: str = "FULL") -> sqlean.Con
         ) from None
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")
-    # Search reads the FTS index on every query: keep its pages in memory (a 100k-tool
-    # catalogue is ~130 MB) instead of copying them through read() each time.
+    # Search reads the FTS index on every query: its hot pages stay in this bounded cache.
+    # No memory map: every page a connection had read through one stayed mapped and counted in
+    # the process's resident set (at 100,000 tools 215 MB file-backed, 441 MB RSS in all; 310 MB
+    # without it), and search spent no more CPU without it (12.3 against 13.0 ms a search).
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     if writer:
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL: a committed charge or audit row survives power loss, not just a crash.
@@ -105,6 +105,18 @@ class SyncReader:
             # Reset the statement now: one left stepping (an INSERT … RETURNING read once)
             # would make the COMMIT of ``Database.write_batch`` fail with "SQL statements
             # in progress".
+            cursor.close()
+
+    def chunks(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), size: int = 4096
+    ) -> Iterator[list[Any]]:
+        """The rows of one statement, ``size`` at a time: a 100,000-tool scan (the vector
+        matrix, the backfill's plan) never holds every row as Python objects at once."""
+        cursor = self._conn.execute(sql, params)
+        try:
+            while rows := cursor.fetchmany(size):
+                yield list(rows)
+        finally:
             cursor.close()
 
 

@@ -62,7 +62,7 @@ def build_provider(settings: Settings, model_dir: Path = MODEL_DIR) -> Embedder 
         return None
     if kind == "local":
         try:
-            return LocalEmbedder(model_dir)
+            return LocalEmbedder(model_dir, bulk_threads=settings.embeddings_backfill_threads)
         except EmbeddingError as exc:
             raise ConfigError(f"embeddings = local: {exc.reason}", field="embeddings") from None
     url = settings.embeddings_url

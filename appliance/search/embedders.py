@@ -7,8 +7,9 @@ vectors whose id differs from the configured provider's are stale and get re-emb
 - ``LocalEmbedder``: all-MiniLM-L6-v2, int8 ONNX, run by onnxruntime with the model's own
   WordPiece tokenizer (``tokenizers``). No network and no PyTorch. The model files are built by
   ``make model`` (``build/make_model.py``) into ``appliance/search/model/`` and ship in the binary.
-  One onnxruntime thread: measured 3.4 ms per query, and it leaves the second core to SQLite
-  and HTTP (two threads fight the event loop's thread on a 2-core machine).
+  One onnxruntime thread per run: measured 3.4 ms per query, and it leaves the second core to
+  SQLite and HTTP (two threads fight the event loop's thread on a 2-core machine). A backfill's
+  batches may run on several threads at once (``embeddings_backfill_threads``).
 - ``HttpEmbedder``: POST ``{base}/embeddings`` as OpenAI defines it (OpenRouter, Ollama,
   llama.cpp's server, TEI, vLLM...). It holds no transport code: it is handed a ``Poster``,
   which gateway/ wires to the egress path (``gateway/semantic_egress.py``: guard, pinned
@@ -101,7 +102,7 @@ def _hash_of(path: str, size: int, mtime_ns: int) -> str:
 class LocalEmbedder:
     """The bundled model; loaded on first use (about 0.3 s), then shared."""
 
-    def __init__(self, model_dir: Path = MODEL_DIR, threads: int = 1):
+    def __init__(self, model_dir: Path = MODEL_DIR, threads: int = 1, bulk_threads: int = 1):
         if not local_model_available(model_dir):
             raise EmbeddingError(f"the local model is not installed in {model_dir} (run `make model`)")
         self._dir = model_dir
@@ -113,8 +114,13 @@ class LocalEmbedder:
         self._session: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
-        # One worker: embedding is CPU-bound, a second concurrent run would only fight the first.
+        # Queries get a thread of their own, so a search never waits behind a backfill batch.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        # Batches (the backfill) are shared among ``bulk_threads`` threads, each embedding its
+        # texts one at a time through the one session (onnxruntime runs are thread-safe): the
+        # vectors are bit for bit those of one thread, since each text is still its own run.
+        self._bulk_threads = max(1, bulk_threads)
+        self._bulk = ThreadPoolExecutor(max_workers=self._bulk_threads, thread_name_prefix="embed-bulk")
 
     def _load(self) -> None:
         import onnxruntime as ort
@@ -159,9 +165,20 @@ class LocalEmbedder:
             # Loading is local and bounded; only the embedding itself counts against the
             # deadline, or the first search after start would trip the breaker.
             await self.warm()
-            return await asyncio.wait_for(
-                loop.run_in_executor(self._pool, self.embed_sync, list(texts)), timeout_s
+            if len(texts) == 1:
+                return await asyncio.wait_for(
+                    loop.run_in_executor(self._pool, self.embed_sync, list(texts)), timeout_s
+                )
+            share = min(self._bulk_threads, len(texts))
+            parts = [list(texts[i::share]) for i in range(share)]
+            done = await asyncio.wait_for(
+                asyncio.gather(*(loop.run_in_executor(self._bulk, self.embed_sync, p) for p in parts)),
+                timeout_s,
             )
+            out = np.zeros((len(texts), LOCAL_DIM), dtype=np.float32)
+            for i, rows in enumerate(done):
+                out[i::share] = rows
+            return out
         except TimeoutError:
             raise EmbeddingError(f"the local model took longer than {timeout_s:g} s") from None
         except Exception as exc:  # noqa: BLE001 - an onnxruntime failure must not fail a search
@@ -169,6 +186,7 @@ class LocalEmbedder:
 
     async def aclose(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._bulk.shutdown(wait=False, cancel_futures=True)
 
 
 class Poster(Protocol):

@@ -62,22 +62,27 @@ class Todo:
 
 
 def plan_in(conn: SyncReader, model_id: str) -> tuple[list[Todo], int]:
-    """Active tools whose vector is missing, from another model, or of other text; and the total."""
-    rows = conn.all(
+    """Active tools whose vector is missing, from another model, or of other text; and the total.
+
+    Read in chunks: at 100,000 tools the rows with their input schemas are hundreds of MB as
+    Python objects, and only the texts still to embed need keeping."""
+    uniform = uniform_group_toolkits_in(conn)
+    todo = []
+    total = 0
+    for rows in conn.chunks(
         "SELECT t.id, t.grp, k.slug, t.upstream_name, t.description, t.input_schema, e.model, e.text_hash,"
         " t.toolkit_id"
         " FROM tools t JOIN toolkits k ON k.id = t.toolkit_id"
         " LEFT JOIN tool_embeddings e ON e.tool_id = t.id"
         " WHERE t.state = 'active' ORDER BY t.id"
-    )
-    uniform = uniform_group_toolkits_in(conn)
-    todo = []
-    for r in rows:
-        text = document_text("" if r[8] in uniform else r[1], r[2], r[3], r[4], r[5])
-        digest = text_hash(text)
-        if r[6] != model_id or r[7] != digest:
-            todo.append(Todo(int(r[0]), text, digest))
-    return todo, len(rows)
+    ):
+        total += len(rows)
+        for r in rows:
+            text = document_text("" if r[8] in uniform else r[1], r[2], r[3], r[4], r[5])
+            digest = text_hash(text)
+            if r[6] != model_id or r[7] != digest:
+                todo.append(Todo(int(r[0]), text, digest))
+    return todo, total
 
 
 def uniform_group_toolkits_in(conn: SyncReader) -> set[int]:
@@ -132,11 +137,14 @@ async def copy(tx: WriteTx, model_id: str, pairs: Sequence[tuple[Todo, int, int]
 
 
 async def _drop(tx: WriteTx, ids: Sequence[int]) -> None:
+    """Delete these tools' vectors, one statement per id: vec0 answers ``tool_id = ?`` by its
+    primary key but scans the whole table for ``tool_id IN (...)`` (10 ms at 20,000 rows, per
+    batch: the backfill's time grew with the square of the catalogue)."""
     marks = ",".join("?" * len(ids))
     for (old_dim,) in await tx.all(
         f"SELECT DISTINCT dim FROM tool_embeddings WHERE tool_id IN ({marks})", ids
     ):
-        await tx.run(f"DELETE FROM {_table(old_dim)} WHERE tool_id IN ({marks})", ids)
+        await tx.run_many(f"DELETE FROM {_table(old_dim)} WHERE tool_id = ?", [(i,) for i in ids])
 
 
 def _table(dim: int) -> str:
@@ -160,10 +168,9 @@ async def store(tx: WriteTx, model_id: str, items: Sequence[tuple[Todo, np.ndarr
     if not items:
         return
     ids = [todo.tool_id for todo, _ in items]
-    marks = ",".join("?" * len(ids))
     # Drop the old vector, whatever its dimension (an earlier provider's), then write the new.
     await _drop(tx, ids)
-    await tx.run(f"DELETE FROM {_table(dim)} WHERE tool_id IN ({marks})", ids)
+    await tx.run_many(f"DELETE FROM {_table(dim)} WHERE tool_id = ?", [(i,) for i in ids])
     await tx.run_many(
         f"INSERT INTO {_table(dim)} (tool_id, embedding) VALUES (?, ?)",
         [(todo.tool_id, np.asarray(vec, dtype=np.float32).tobytes()) for todo, vec in items],
@@ -223,6 +230,7 @@ def unembedded_toolkits_in(conn: SyncReader, model_id: str) -> frozenset[int]:
 # ms, more on a busy machine), the sketch 4.8 MB.
 EXACT_MAX = 20_000
 PREFILTER = 2_000
+SKETCH_CHUNK = 8_192
 
 
 @dataclass
@@ -231,7 +239,8 @@ class Matrix:
     ids: np.ndarray  # int64 tool ids, ascending
     toolkits: np.ndarray  # int64 toolkit id of each row
     groups: np.ndarray  # int64 code of each row's (toolkit, group): the service it belongs to
-    vectors: np.ndarray  # float32, one normalised row per tool
+    vectors: np.ndarray  # one normalised row per tool: float32, or int16 times ``scale``
+    scale: np.ndarray | None = None  # float32 per row when ``vectors`` is int16 (above EXACT_MAX)
     center: np.ndarray | None = None  # mean vector; the sketch is the sign of (vector - center)
     sketch: np.ndarray | None = None  # uint64 packed sign bits, (words, tools) (large catalogues)
     kit_values: np.ndarray | None = None  # distinct toolkit ids (filled on the first masked search)
@@ -241,10 +250,34 @@ class Matrix:
 def with_sketch(matrix: Matrix) -> Matrix:
     """Add the binary sketch (centred sign bits: MiniLM vectors share a large common component,
     so raw signs would be nearly equal for every tool)."""
-    center = matrix.vectors.mean(axis=0)
+    count = matrix.vectors.shape[0]
+    total = np.zeros(matrix.vectors.shape[1], dtype=np.float64)
+    for start in range(0, count, SKETCH_CHUNK):
+        total += _rows(matrix, slice(start, start + SKETCH_CHUNK)).sum(axis=0, dtype=np.float64)
+    center = (total / max(1, count)).astype(np.float32)
     matrix.center = center
-    matrix.sketch = np.ascontiguousarray(_sign_words(matrix.vectors > center).T)
+    words = (matrix.vectors.shape[1] + 63) // 64
+    sketch = np.empty((words, count), dtype=np.uint64)
+    for start in range(0, count, SKETCH_CHUNK):  # the sign bits of 100,000 rows at once: 38 MB
+        part = _rows(matrix, slice(start, start + SKETCH_CHUNK))
+        sketch[:, start : start + part.shape[0]] = _sign_words(part > center).T
+    matrix.sketch = sketch
     return matrix
+
+
+def _rows(matrix: Matrix, which: slice | np.ndarray) -> np.ndarray:
+    """These rows as float32 (scaled back from int16 in a large catalogue's matrix)."""
+    rows = matrix.vectors[which]
+    if matrix.scale is None:
+        return rows
+    out: np.ndarray = rows.astype(np.float32) * matrix.scale[which, None]
+    return out
+
+
+def _quantised(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row as int16 times a float32 scale (its largest magnitude / 32767)."""
+    scale = np.maximum(np.abs(rows).max(axis=1), 1e-12) / 32767.0
+    return np.rint(rows / scale[:, None]).astype(np.int16), scale.astype(np.float32)
 
 
 def _sign_words(bits: np.ndarray) -> np.ndarray:
@@ -305,28 +338,51 @@ def matrix_in(conn: SyncReader, model_id: str) -> Matrix | None:
         cached = _CACHE.get(key)
         if cached is not None and cached.version == version:
             return cached
-    row = conn.one("SELECT dim FROM tool_embeddings WHERE model = ? LIMIT 1", (model_id,))
-    if row is None:
+    row = conn.one("SELECT dim, count(*) FROM tool_embeddings WHERE model = ?", (model_id,))
+    if row is None or row[0] is None:
         return None
-    dim = int(row[0])
-    rows = conn.all(
+    dim, expected = int(row[0]), int(row[1])
+    built = _load(conn, model_id, dim, expected, version)
+    with _LOCK:
+        _CACHE[key] = built
+    return built
+
+
+def _load(conn: SyncReader, model_id: str, dim: int, expected: int, version: str) -> Matrix:
+    """Read the vectors chunk by chunk into arrays allocated once (no list of 100,000 rows, no
+    joined copy of every blob). Above ``EXACT_MAX`` rows each vector is kept as int16 with a
+    scale of its own: only the sketch's candidates are scored, converted back first (0.2 ms for
+    2,000 rows; float16 took 1.5 ms to convert), and 100,000 x 384 takes 77 MB instead of 154 MB.
+    Cosines stay within 1e-5 of float32's (the exact top 10 unchanged on clustered test data,
+    where int8 changed 5 % of it)."""
+    wide = expected <= EXACT_MAX
+    ids = np.empty(expected, dtype=np.int64)
+    kits = np.empty(expected, dtype=np.int64)
+    groups = np.empty(expected, dtype=np.int64)
+    matrix = np.empty((expected, dim), dtype=np.float32 if wide else np.int16)
+    scale = None if wide else np.empty(expected, dtype=np.float32)
+    codes: dict[tuple[int, str], int] = {}
+    n = 0
+    for rows in conn.chunks(
         f"SELECT v.tool_id, t.toolkit_id, v.embedding, t.grp FROM {_table(dim)} v"
         " JOIN tool_embeddings e ON e.tool_id = v.tool_id AND e.model = ?"
         " JOIN tools t ON t.id = v.tool_id ORDER BY v.tool_id",
         (model_id,),
-    )
-    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    kits = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
-    vectors = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(len(rows), dim)
-    codes: dict[tuple[int, str], int] = {}
-    groups = np.fromiter(
-        (codes.setdefault((r[1], r[3]), len(codes)) for r in rows), dtype=np.int64, count=len(rows)
-    )
-    built = Matrix(version, ids, kits, groups, vectors)
-    if len(rows) > EXACT_MAX:
+    ):
+        rows = rows[: expected - n]  # a row written since the count waits for the next load
+        end = n + len(rows)
+        ids[n:end] = [r[0] for r in rows]
+        kits[n:end] = [r[1] for r in rows]
+        groups[n:end] = [codes.setdefault((r[1], r[3]), len(codes)) for r in rows]
+        block = np.frombuffer(b"".join(r[2] for r in rows), dtype=np.float32).reshape(-1, dim)
+        if scale is None:
+            matrix[n:end] = block
+        else:
+            matrix[n:end], scale[n:end] = _quantised(block)
+        n = end
+    built = Matrix(version, ids[:n], kits[:n], groups[:n], matrix[:n], None if scale is None else scale[:n])
+    if n > EXACT_MAX:
         with_sketch(built)
-    with _LOCK:
-        _CACHE[key] = built
     return built
 
 
@@ -359,11 +415,11 @@ def nearest(
             distance[~allowed] = np.iinfo(np.int32).max
         wanted = min(max(PREFILTER, k), distance.shape[0])
         rows = np.argpartition(distance, wanted - 1)[:wanted]
-        scores = _dot(matrix.vectors[rows], query)
+        scores = _dot(_rows(matrix, rows), query)
         if allowed is not None:
             scores[~allowed[rows]] = -np.inf
     else:
-        scores = _dot(matrix.vectors, query)
+        scores = _dot(_rows(matrix, slice(None)), query)
         if allowed is not None:
             scores[~allowed] = -np.inf
     k = min(k, scores.shape[0])

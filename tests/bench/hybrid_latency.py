@@ -105,7 +105,9 @@ async def measure(size: int) -> dict[str, float]:
             async with rt.db.read() as conn:
                 matrix = await conn.batch(lambda r: vectors.matrix_in(r, emb.model_id))
             assert matrix is not None
-            exact = vectors.Matrix(matrix.version, matrix.ids, matrix.toolkits, matrix.groups, matrix.vectors)
+            exact = vectors.Matrix(
+                matrix.version, matrix.ids, matrix.toolkits, matrix.groups, matrix.vectors, matrix.scale
+            )
             agree = []
             for q in qs:
                 t = time.perf_counter()

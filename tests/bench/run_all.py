@@ -22,6 +22,10 @@ STEPS = (
         "Hybrid search latency (local model, query embedded per search)",
         ["hybrid_latency.py", "10000", "100000"],
     ),
+    (
+        "Hybrid search at 100,000 tools: real backfill time, memory, latency (local model)",
+        ["scale.py", "100000"],
+    ),
     ("Appliance figures", ["figures.py"]),
     ("Context cost: tools/list, list_toolkits and search_tools over the 14 fixture specs", ["tokens.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),

@@ -9,11 +9,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
+import numpy as np
+import pytest
+
 from appliance.gateway.backfill import backfill
 from appliance.gateway.imports import import_catalog
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import search
 from appliance.gateway.semantic_admin import switch
+from appliance.search import vectors
 from tests.support.embeddings_server import EmbeddingsServer, with_provider_runtime
 
 T = TypeVar("T")
@@ -147,3 +151,35 @@ def test_once_a_search_went_hybrid_the_next_embeds_its_query_and_a_switched_off_
     assert served == ["hybrid", "hybrid", "lexical", "lexical"]
     assert asked == 2
     assert after_off == []
+
+
+def test_above_the_exact_scan_size_the_matrix_is_int16_and_ranks_as_the_float32_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = [(k, f"{n}_{i}", f"{d} Variant {i}.") for i in range(6) for k, n, d in TOOLS]
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[vectors.Matrix, vectors.Matrix, np.ndarray]:
+            await import_catalog(rt, catalogue(tmp_path / "c.jsonl", many), slug="kit")
+            await backfill(rt, batch=7)
+            model_id = rt.semantic.model_id
+            assert model_id is not None
+            async with rt.db.read() as conn:
+                wide = await conn.batch(lambda r: vectors.matrix_in(r, model_id))
+                monkeypatch.setattr(vectors, "EXACT_MAX", 10)
+                monkeypatch.setattr(vectors, "PREFILTER", 12)
+                vectors._CACHE.clear()
+                narrow = await conn.batch(lambda r: vectors.matrix_in(r, model_id))
+            query = await rt.semantic.query_vector("weather forecast for a city")
+            assert wide is not None and narrow is not None and query is not None
+            return wide, narrow, query
+
+        wide, narrow, query = with_runtime(tmp_path, server, work)
+    assert wide.vectors.dtype == np.float32 and wide.sketch is None
+    assert narrow.vectors.dtype == np.int16 and narrow.scale is not None and narrow.sketch is not None
+    assert np.array_equal(wide.ids, narrow.ids) and np.array_equal(wide.groups, narrow.groups)
+    assert len(wide.ids) == len(many)
+    assert np.allclose(wide.vectors, narrow.vectors * narrow.scale[:, None], atol=1e-4)
+    exact = [t for t, _ in vectors.nearest(wide, query, k=5)]
+    sketched = [t for t, _ in vectors.nearest(narrow, query, k=5)]
+    assert sketched[0] == exact[0] and len(set(exact) & set(sketched)) >= 4

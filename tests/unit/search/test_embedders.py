@@ -116,3 +116,32 @@ def test_the_local_model_puts_a_paraphrase_closer_than_an_unrelated_sentence() -
     alone = emb.embed_sync(["create a PowerPoint presentation"])[0]
     assert float(alone @ rows[1]) > 0.999
     assert emb.model_id.startswith("local/all-MiniLM-L6-v2-int8@")
+
+
+def test_a_batch_shared_among_threads_gives_each_text_the_vector_it_has_alone() -> None:
+    texts = [
+        f"tool {i}: {verb} the {noun}"
+        for i, (verb, noun) in enumerate(
+            [
+                ("list", "invoices"),
+                ("create", "a slide"),
+                ("delete", "a row"),
+                ("send", "an email"),
+                ("get", "weather"),
+            ]
+        )
+    ]
+    emb = LocalEmbedder(bulk_threads=2)
+
+    async def run() -> tuple[np.ndarray, np.ndarray]:
+        try:
+            shared = await emb.embed(texts, timeout_s=30)
+            query = await emb.embed([texts[3]], timeout_s=30)
+            return shared, query
+        finally:
+            await emb.aclose()
+
+    shared, query = asyncio.run(run())
+    alone = np.stack([emb.embed_sync([t])[0] for t in texts])
+    assert np.array_equal(shared, alone)  # bit for bit, in the order given
+    assert np.array_equal(query[0], alone[3])
