@@ -38,6 +38,10 @@ class Explained:
     lexical_score: float | None = None
     semantic_rank: int | None = None
     semantic_score: float | None = None
+    # a fused score's terms (search/hybrid.Fused): what the words, the meaning and the service gave
+    lexical_part: float | None = None
+    semantic_part: float | None = None
+    service_part: float | None = None
 
 
 @dataclass
@@ -167,7 +171,15 @@ async def search(
     by_id = {t.id: t for t in tools}
     results = [
         Explained(
-            by_id[f.tool_id], f.score, f.lexical_rank, f.lexical_score, f.semantic_rank, f.semantic_score
+            by_id[f.tool_id],
+            f.score,
+            f.lexical_rank,
+            f.lexical_score,
+            f.semantic_rank,
+            f.semantic_score,
+            f.lexical_part,
+            f.semantic_part,
+            f.service_part,
         )
         for f in fused
         if f.tool_id in by_id

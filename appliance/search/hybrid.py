@@ -50,6 +50,11 @@ class Fused:
     lexical_score: float | None
     semantic_rank: int | None
     semantic_score: float | None  # cosine
+    # What each term gave ``score`` (they add up to it): the weighted z-scores and the service
+    # term. None where the score was not fused (a semantic-only ranking).
+    lexical_part: float | None = None
+    semantic_part: float | None = None
+    service_part: float | None = None
 
 
 def standardised(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -105,6 +110,16 @@ def fuse(
     lex_score = dict(lexical)
     sem_score = dict(semantic)
     return [
-        Fused(t, score_of[t], lex_rank.get(t), lex_score.get(t), sem_rank.get(t), sem_score.get(t))
+        Fused(
+            t,
+            score_of[t],
+            lex_rank.get(t),
+            lex_score.get(t),
+            sem_rank.get(t),
+            sem_score.get(t),
+            lexical_weight * lex_z.get(t, lex_floor),
+            semantic_weight * sem_z.get(t, sem_floor),
+            score_of[t] - base[t],
+        )
         for t in top
     ]

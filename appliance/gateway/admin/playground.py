@@ -43,11 +43,22 @@ def _why(r: searching.Explained, ranking: str) -> str:
     )
     if ranking == "lexical":
         return f"{lexical}: ranked by its words alone" if lexical else "ranked by its words alone"
+    parts = _parts(r)
     if lexical and semantic:
-        return f"{lexical} and {semantic}, fused"
+        return f"{lexical} and {semantic}, fused{parts}"
     if semantic:
-        return f"{semantic}; no word of the query matched it, so it placed by meaning alone"
-    return f"{lexical}; not among the nearest by meaning, so it placed by its words alone"
+        return f"{semantic}; no word of the query matched it, so it placed by meaning alone{parts}"
+    return f"{lexical}; not among the nearest by meaning, so it placed by its words alone{parts}"
+
+
+def _parts(r: searching.Explained) -> str:
+    """What each term gave the fused score, e.g. ``: words +0.52, meaning +0.31, service +0.12``."""
+    if r.lexical_part is None or r.semantic_part is None:
+        return ""
+    terms = [f"words {r.lexical_part:+.2f}", f"meaning {r.semantic_part:+.2f}"]
+    if r.service_part:
+        terms.append(f"its service {r.service_part:+.2f}")
+    return ": " + ", ".join(terms)
 
 
 async def search(
@@ -81,6 +92,9 @@ async def search(
                 "lexical_score": r.lexical_score,
                 "semantic_rank": r.semantic_rank,
                 "semantic_score": r.semantic_score,
+                "lexical_part": r.lexical_part,
+                "semantic_part": r.semantic_part,
+                "service_part": r.service_part,
                 "why": _why(r, outcome.ranking),
             }
             for r in outcome.results

@@ -61,3 +61,19 @@ def test_a_list_without_spread_keeps_a_little_say() -> None:
     assert all(math.isfinite(f.score) for f in fused)
     equal = hybrid.fuse([(4, 1.0), (5, 1.0)], [(5, 0.5), (4, 0.5)], limit=2)
     assert [f.tool_id for f in equal] == [4, 5]
+
+
+def test_each_fused_score_is_the_sum_of_its_words_meaning_and_service_terms() -> None:
+    lexical = [(1, 10.0), (2, 6.0), (3, 2.0)]
+    semantic = [(3, 0.9), (1, 0.5), (4, 0.4)]
+    fused = hybrid.fuse(lexical, semantic, limit=4, toolkit_of={1: 7, 2: 8, 3: 7, 4: 9})
+    for f in fused:
+        assert f.lexical_part is not None and f.semantic_part is not None and f.service_part is not None
+        assert math.isclose(f.lexical_part + f.semantic_part + f.service_part, f.score, abs_tol=1e-9)
+    by_id = {f.tool_id: f for f in fused}
+    assert by_id[1].lexical_part > by_id[3].lexical_part  # first by words
+    assert by_id[3].semantic_part > by_id[1].semantic_part  # first by meaning
+    assert by_id[3].service_part == by_id[1].service_part  # one service, one lift: its best's
+    assert by_id[2].service_part != by_id[1].service_part  # a service of its own gets its own lift
+    plain = hybrid.fuse(lexical, semantic, limit=4)
+    assert all(f.service_part == 0.0 for f in plain)

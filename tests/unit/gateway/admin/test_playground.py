@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from appliance.errors import InvalidParams, NotFound
-from appliance.gateway import agent_search, answers
+from appliance.gateway import agent_search, answers, searching
 from appliance.gateway.admin import playground
 from appliance.gateway.runtime import Runtime
+from appliance.models import Tool
 from tests.support import worlds
 from tests.support.worlds import GrantSpec, KitSpec, World
 
@@ -48,3 +49,16 @@ def test_searching_as_an_agent_is_that_agents_search_explained(tmp_path: Path) -
         assert (await playground.search(rt, u1, "  "))["results"] == []
 
     worlds.run_in(tmp_path, WORLD, body, env={"TOOLSPOKE_EMBEDDINGS": "none"})
+
+
+def test_a_fused_result_says_what_the_words_the_meaning_and_its_service_gave() -> None:
+    tool = Tool(1, 1, "kit__go", "kit", "default", "go", "", "", "", "read", {}, None, {}, "openapi", None)
+    fused = searching.Explained(tool, 0.95, 1, 7.5, 2, 0.61, 0.52, 0.31, 0.12)
+    assert playground._why(fused, "hybrid") == (
+        "lexical #1 (BM25 7.50) and semantic #2 (cosine 0.610), fused:"
+        " words +0.52, meaning +0.31, its service +0.12"
+    )
+    alone = searching.Explained(tool, 0.4, None, None, 1, 0.7, -0.2, 0.6, 0.0)
+    assert playground._why(alone, "hybrid").endswith("by meaning alone: words -0.20, meaning +0.60")
+    lexical = searching.Explained(tool, 3.0, 1, 3.0)
+    assert playground._why(lexical, "lexical") == "lexical #1 (BM25 3.00): ranked by its words alone"
