@@ -19,7 +19,8 @@ import httpx
 import pytest
 from playwright import sync_api
 
-from tests.e2e.test_console_browser import ARGS, CHROMIUM, WAIT_MS, Watched
+from tests.e2e import test_console_browser
+from tests.e2e.test_console_browser import Watched
 from tests.support.accounts import MeteredUpstream
 from tests.support.clients import modern_tools_call
 from tests.support.servers import Appliance, running_appliance
@@ -46,22 +47,8 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Appliance]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make debs` (installs Debian's chromium)")
-    with sync_api.sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")),
-            executable_path=str(CHROMIUM),
-            args=ARGS,
-            headless=True,
-        )
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+# Chromium is started the one way the console's browser test starts it (its fixture).
+browser = test_console_browser.browser
 
 
 def mcp_call(app: Appliance, key: str, tool: str) -> httpx.Response:

@@ -41,7 +41,11 @@ from mcp.types import LoggingMessageNotification, LoggingMessageNotificationPara
 READ = ToolAnnotations(read_only_hint=True)
 server: Any = upstream_server.server
 cancelled: list[str] = []
-changed = asyncio.Condition()
+# Set at every cancellation. Recording one must not await: the SDK cancels a handler through an
+# anyio cancel scope, which raises again at every await until the handler unwinds, so a lock
+# taken while `cancellations` held it lost the record (the relay test saw one cancellation too
+# few, now and then).
+changed = asyncio.Event()
 
 
 @server.tool(annotations=READ)
@@ -51,9 +55,8 @@ async def hold(ctx: Context, seconds: float = 30.0) -> str:
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
-        async with changed:
-            cancelled.append(ctx.request_id)
-            changed.notify_all()
+        cancelled.append(ctx.request_id)
+        changed.set()
         raise
     return f"held {seconds}s"
 
@@ -61,10 +64,14 @@ async def hold(ctx: Context, seconds: float = 30.0) -> str:
 @server.tool(annotations=READ)
 async def cancellations(at_least: int = 1, wait_s: float = 10.0) -> dict[str, int]:
     """How many hold calls were cancelled; waits up to wait_s for at_least of them."""
-    async with changed:
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        changed.clear()  # then the count: nothing runs in between, so no setting is missed
+        remaining = deadline - asyncio.get_running_loop().time()
+        if len(cancelled) >= at_least or remaining <= 0:
+            return {"count": len(cancelled)}
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait_for(lambda: len(cancelled) >= at_least), wait_s)
-        return {"count": len(cancelled)}
+            await asyncio.wait_for(changed.wait(), remaining)
 
 
 @server.tool(annotations=READ)
@@ -76,6 +83,7 @@ async def chatty(ctx: Context) -> str:
 
 
 arrivals: dict[str, int] = {}
+arrived = asyncio.Condition()
 
 
 def _token(ctx: Context) -> Any:
@@ -95,11 +103,11 @@ async def together(ctx: Context, group: str, tag: str, tagged: bool = False, wai
     """Log on arrival, wait for a second call of the group, log again while both run."""
     meta = {"progressToken": _token(ctx)} if tagged and _token(ctx) is not None else None
     await _log(ctx, f"{tag} arrived", meta)
-    async with changed:
+    async with arrived:
         arrivals[group] = arrivals.get(group, 0) + 1
-        changed.notify_all()
+        arrived.notify_all()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait_for(lambda: arrivals[group] >= 2), wait_s)
+            await asyncio.wait_for(arrived.wait_for(lambda: arrivals[group] >= 2), wait_s)
     await _log(ctx, f"{tag} together", meta)
     return f"{tag} done"
 
