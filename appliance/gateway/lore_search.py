@@ -35,7 +35,12 @@ async def passages(
 
     def lexical_and_switch(reader: Any) -> tuple[list[tuple[int, float]], bool]:
         lexical = lore_store.ranked_in(reader, toolkit_id, match, limit=hybrid.CANDIDATES) if match else []
-        on = model_id is not None and tool_vectors.semantic_on_in(reader, setting_on)
+        # No query is embedded for a toolkit with no passage embedded yet: it would find nothing.
+        on = (
+            model_id is not None
+            and tool_vectors.semantic_on_in(reader, setting_on)
+            and lore_vectors.any_in(reader, toolkit_id, model_id)
+        )
         return lexical, on
 
     async with rt.db.read() as conn:

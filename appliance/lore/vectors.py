@@ -36,6 +36,15 @@ def todo_in(conn: Reader, model_id: str, *, limit: int) -> list[Todo]:
     return [Todo(int(r[0]), int(r[1]), f"{r[2]}\n{r[3]}" if r[2] else str(r[3])) for r in rows]
 
 
+def any_in(conn: Reader, toolkit_id: int, model_id: str) -> bool:
+    """Whether the toolkit has a passage with a vector of ``model_id`` (worth embedding a query)."""
+    row = conn.one(
+        "SELECT EXISTS (SELECT 1 FROM lore_embeddings WHERE toolkit_id = ? AND model = ?)",
+        (toolkit_id, model_id),
+    )
+    return bool(row[0])
+
+
 def missing_in(conn: Reader, model_id: str) -> bool:
     """Whether any chunk lacks a vector of ``model_id``."""
     row = conn.one(

@@ -46,6 +46,8 @@ def test_a_question_in_other_words_finds_its_passage_once_the_passages_are_embed
         assert report.passages == 3
         found = await search(rt, "cats kittens")
         assert found["ranking"] == "hybrid"
+        # embedded now, not before: with no passage embedded the query was not sent to the model
+        assert rt.semantic.counts["query_cache_hits"] == 0
         assert found["passages"][0]["path"] == "pets.md"
         assert "Felines purr" in found["passages"][0]["snippet"]  # its opening words
         # words still count: a passage that has them stays first
