@@ -444,7 +444,7 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
         if mode is SandboxMode.REQUIRE:
             return None, (
                 f"the stdio sandbox is required (TOOLSPOKE_STDIO_SANDBOX=require) but unavailable: "
-                f"{found.detail}; {INSTALL_HINT}"
+                f"{_with_hint(found.detail)}"
             )
         _warn_once(found.detail)
         return None, ""
@@ -486,4 +486,9 @@ def from_settings(settings: Settings) -> tuple[Sandbox | None, str]:
 
 @functools.lru_cache(maxsize=1)
 def _warn_once(detail: str) -> None:
-    log.warning("stdio servers run without a sandbox: %s; %s", detail, INSTALL_HINT)
+    log.warning("stdio servers run without a sandbox: %s", _with_hint(detail))
+
+
+def _with_hint(detail: str) -> str:
+    """``detail`` and how to install bubblewrap, once (a probe's detail may already say it)."""
+    return detail if INSTALL_HINT in detail else f"{detail}; {INSTALL_HINT}"

@@ -234,6 +234,9 @@ async def calls(
         if not (viewer.is_admin or await _agent_of(rt, agent) == viewer.user_id):
             raise Forbidden("only an admin or the agent's user may see its calls")
         f = history.CallFilter(**{**f.__dict__, "agent_id": agent})
+    if toolkit_slug is None and user is None and agent is None and not viewer.is_admin:
+        # Nothing narrowed it: a non-admin sees their own calls, never everyone's.
+        f = history.CallFilter(**{**f.__dict__, "user_id": viewer.user_id})
     async with rt.db.read() as conn:
         return await history.calls(conn, f, limit=limit, cursor=cursor)
 

@@ -31,13 +31,13 @@ from appliance.errors import (
     UpstreamError,
     WrongRunner,
 )
-from appliance.gateway import accounting, audit, idempotency, pipeline, tool_requests
+from appliance.gateway import accounting, audit, idempotency, ledgering, pipeline, tool_requests
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.credentials import PreparedCall
 from appliance.gateway.imports import import_openapi
 from appliance.gateway.runtime import Runtime
 from appliance.ledger import store as ledger_store
-from appliance.models import CallResult, Principal
+from appliance.models import OPERATOR, CallResult, Principal
 from appliance.secret import Needles
 from tests.support.runtimes import plain_user
 
@@ -348,5 +348,20 @@ def test_a_keyed_tools_call_runs_once_replays_after_and_refuses_a_different_call
                 ("gate__ping", None, "invalid", "invalid_params", 0),
             ]
             assert await w.balance(w.payer) == 9 * FEE
+
+    run(scenario())
+
+
+def test_call_history_unnarrowed_shows_a_plain_user_only_their_own_calls() -> None:
+    async def scenario() -> None:
+        async with world() as w:
+            await pipeline.run(w.rt, Attempt(w.payer, "gate__ping", {}))
+            with pytest.raises(ApplianceError):  # broke: refused (no credit), still a row of theirs
+                await pipeline.run(w.rt, Attempt(w.broke, "gate__ping", {}))
+            await w.rt.book.sync()
+            mine = await ledgering.calls(w.rt, w.broke)
+            assert [c["outcome"] for c in mine["calls"]] == ["quota"]
+            everyone = await ledgering.calls(w.rt, OPERATOR)
+            assert len(everyone["calls"]) == 2
 
     run(scenario())
