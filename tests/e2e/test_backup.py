@@ -196,6 +196,7 @@ async def _history_pages(app: Appliance, user: int, stop: asyncio.Event) -> int:
     return pages
 
 
+@pytest.mark.timeout(150)  # 3,000 paid calls; its own waits allow 120 s a step
 def test_the_wal_stays_bounded_under_sustained_paid_calls_and_a_reader_paging_the_history(
     tmp_path: Path,
 ) -> None:

@@ -245,6 +245,7 @@ async def _one_call(app: Appliance) -> Any:
         return await client.call_tool("rot__echo", {})
 
 
+@pytest.mark.timeout(120)  # ten process starts, each refused at start-up
 def test_a_wrong_malformed_or_missing_master_key_stops_start_up_with_exit_2_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
