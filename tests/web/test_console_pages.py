@@ -68,8 +68,15 @@ def shown_results(page: str) -> list[str]:
     return re.findall(r"<td><code>([^<]+)</code>", table)
 
 
+def key_form(client: httpx.Client, path: str) -> str:
+    """The one-time token of the agent page's key form, as a browser would send it."""
+    found = re.search(r'name="once" value="([0-9a-f]{32})"', client.get(path).text)
+    assert found
+    return found.group(1)
+
+
 def new_key(app: InProcess, client: httpx.Client, csrf: str, path: str, name: str = "") -> str:
-    made = client.post(path + "/keys", data={"csrf": csrf, "name": name})
+    made = client.post(path + "/keys", data={"csrf": csrf, "name": name, "once": key_form(client, path)})
     assert made.status_code == 200 and "no-store" in made.headers["cache-control"]
     assert 'data-copy="new-key-value"' in made.text and "shown this once" in made.text
     found = KEY_SHOWN.search(made.text)
@@ -177,6 +184,22 @@ def test_a_new_key_is_shown_once_works_and_once_revoked_is_refused(app: InProces
     assert (
         bob.post(agent_path(app, 1) + "/revoke", data={"csrf": bob_csrf, "prefix": prefix}).status_code == 404
     )
+
+
+def test_reloading_the_answer_that_showed_a_key_makes_no_second_key(app: InProcess) -> None:
+    ann, csrf = signed_in(app, built(app).user_keys[0])
+    path = agent_path(app, 0)
+    form = {"csrf": csrf, "name": "reload", "once": key_form(ann, path)}
+    first = ann.post(path + "/keys", data=form)
+    assert first.status_code == 200 and KEY_SHOWN.search(first.text)
+    count = ann.get(path).text.count("<code>tsk_")
+    for sent in (form, {**form, "once": ""}, {**form, "once": "0" * 32}, {"csrf": csrf, "name": "x"}):
+        again = ann.post(path + "/keys", data=sent)  # the browser's reload, or a form never issued
+        assert again.status_code == 303 and again.headers["location"] == path + "?done=key-once"
+        assert ann.get(path).text.count("<code>tsk_") == count  # no key was made
+    shown = ann.get(again.headers["location"]).text
+    assert "shown once and is not shown again" in shown and not KEY_SHOWN.search(shown)
+    assert KEY_SHOWN.search(ann.post(path + "/keys", data={**form, "once": key_form(ann, path)}).text)
 
 
 # -- the search playground ----------------------------------------------------------------------
@@ -332,9 +355,14 @@ def test_every_new_page_has_the_nav_and_labels_every_control(app: InProcess) -> 
 def test_every_form_of_these_pages_refuses_a_post_without_its_csrf_token(app: InProcess) -> None:
     admin, _ = signed_in(app, app.key)
     agent, user = agent_path(app, 0), f"/console/users/{built(app).user_ids[0]}"
-    before = [
-        admin.get(p).text.split("</header>")[1] for p in (agent, user, "/console/agents", "/console/users")
-    ]
+
+    def pages() -> list[str]:  # each render issues a fresh one-time key-form token: not a change
+        return [
+            re.sub(r'name="once" value="[0-9a-f]+"', "", admin.get(p).text.split("</header>")[1])
+            for p in (agent, user, "/console/agents", "/console/users")
+        ]
+
+    before = pages()
     for path in (
         "/console/agents",
         *(f"{agent}/{action}" for action in ("grant", "opt-out", "preload", "keys", "revoke")),
@@ -346,10 +374,7 @@ def test_every_form_of_these_pages_refuses_a_post_without_its_csrf_token(app: In
     ):
         refused = admin.post(path, data={"name": "x", "toolkit": "default/alpha", "amount": "1"})
         assert refused.status_code == 403 and "CSRF" in refused.text, path
-    after = [
-        admin.get(p).text.split("</header>")[1] for p in (agent, user, "/console/agents", "/console/users")
-    ]
-    assert after == before
+    assert pages() == before
 
 
 def test_hostile_tool_text_stays_text_on_the_grant_and_search_pages(app: InProcess) -> None:

@@ -3,7 +3,8 @@ tools, keys), one grant's tool selection.
 
 Each route asks one operation of ``gateway/admin/agent_pages`` (or ``people``, ``grants``,
 ``keys``) and renders its answer. A new key is shown once, in the answer to the POST that
-made it (``no-store``, never in a URL, never on a later page); every other POST answers
+made it (``no-store``, never in a URL, never on a later page); its form carries a one-time
+token (``once``) so that reloading that answer makes no second key. Every other POST answers
 with a redirect to the page that shows its effect.
 """
 
@@ -14,7 +15,7 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, InvalidParams
 from appliance.gateway.admin import agent_pages, grants, keys, people
-from appliance.web.console import guard
+from appliance.web.console import guard, once
 from appliance.web.console.rendering import render
 from appliance.web.console.routes import _context, _field, _see_other, bp, failure
 
@@ -26,6 +27,8 @@ _NOTICES = {
     "grant-removed": "Grant removed.",
     "preload": "Preloaded tools saved.",
     "revoked": "Key revoked: its next request is refused.",
+    "key-once": "That form was sent already: its key was shown once and is not shown again. "
+    "Create another below if you need one.",
 }
 
 
@@ -66,9 +69,9 @@ async def create_agent(request: Request) -> HTTPResponse:
 
 
 def _agent_page(request: Request, found: dict[str, object], *, new_key: str = "") -> HTTPResponse:
-    return render(
-        "agent.html", _context(request, notice=notice(request), new_key=new_key, **found), status=200
-    )
+    key_form = once.tokens(request.app.ctx).issue()
+    context = _context(request, notice=notice(request), new_key=new_key, key_form=key_form, **found)
+    return render("agent.html", context, status=200)
 
 
 @bp.get("/agents/<agent_id:int>")
@@ -108,6 +111,9 @@ async def change_agent(request: Request, agent_id: int, action: str) -> HTTPResp
         if action == "revoke":
             await agent_pages.revoke_agent_key(rt, viewer, agent_id, _field(request, "prefix"))
             return _see_other(f"{here}?done=revoked")
+        await agent_pages.agent_page(rt, viewer, agent_id)  # a stranger's agent: 404, nothing spent
+        if not once.tokens(request.app.ctx).spend(_field(request, "once")):
+            return _see_other(f"{here}?done=key-once")  # a reload of the answer that showed it
         secret, _ = await keys.issue(rt, viewer, agent_id=agent_id, name=_field(request, "name").strip())
         found = await agent_pages.agent_page(rt, viewer, agent_id)
     except ApplianceError as exc:
