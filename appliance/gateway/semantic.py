@@ -9,6 +9,7 @@ misses its deadline, and in the last two cases opens the breaker for
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import Counter, OrderedDict
@@ -46,18 +47,23 @@ def provider_kind(settings: Settings, model_dir: Path = MODEL_DIR) -> str:
     return "local" if local_model_available(model_dir) else "none"
 
 
+@functools.cache
+def _announce_auto(kind: str, model_dir: Path) -> None:
+    """Say once per process what ``auto`` chose: ``serve`` opens a runtime to check the data
+    directory before the one it serves with, and both build their provider."""
+    if kind == "none":
+        log.info("embeddings = auto: the bundled model is not installed in %s; search is lexical", model_dir)
+    else:
+        log.info(
+            "embeddings = auto: the bundled local model; search is hybrid once the catalogue is embedded"
+        )
+
+
 def build_provider(settings: Settings, model_dir: Path = MODEL_DIR) -> Embedder | None:
     """The configured provider, or None; a half-configured one is a ConfigError naming the setting."""
     kind = provider_kind(settings, model_dir)
     if settings.embeddings == "auto":
-        if kind == "none":
-            log.info(
-                "embeddings = auto: the bundled model is not installed in %s; search is lexical", model_dir
-            )
-        else:
-            log.info(
-                "embeddings = auto: the bundled local model; search is hybrid once the catalogue is embedded"
-            )
+        _announce_auto(kind, model_dir)
     if kind == "none":
         return None
     if kind == "local":

@@ -90,7 +90,8 @@ def test_by_default_the_local_model_serves_hybrid_search_offline_and_the_kill_sw
 
         wait_for("the background backfill to make search hybrid", hybrid, timeout=60, pace_s=0.2)
         assert found["results"][0]["name"] == "kit__office_build_deck"
-        assert any("embeddings = auto: the bundled local model" in line for line in app.output)
+        said = [line for line in app.output if "embeddings = auto: the bundled local model" in line]
+        assert len(said) == 1, said  # once, though serve checks the data directory first
         status = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
         assert status["provider"] == "local" and status["model"].startswith("local/all-MiniLM-L6-v2-int8@")
 
