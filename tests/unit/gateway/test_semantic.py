@@ -22,6 +22,8 @@ def test_the_default_is_auto_and_picks_the_bundled_model_where_its_files_are(
     assert settings().embeddings == "auto"
     assert local_model_available(), "the bundled model is installed in this checkout (make model)"
     caplog.set_level(logging.INFO, logger=semantic.__name__)
+    # The choice is announced once per process; an earlier test in this worker may have built one.
+    semantic._announce_auto.cache_clear()
     provider = semantic.build_provider(settings())
     assert isinstance(provider, LocalEmbedder) and semantic.provider_kind(settings()) == "local"
     assert "the bundled local model" in caplog.text
