@@ -36,7 +36,8 @@ from tests.support.servers import REPO, Appliance, import_mcp, running_appliance
 pytestmark = pytest.mark.e2e
 HOSTILE = REPO / "tests" / "support" / "hostile_stdio.py"
 PROCESSES = 64
-TOOLS = 11
+TOOLS = 12
+OPEN_FILES = 256
 DISK_MB = 24
 # Small limits, so that hitting each costs little; the defaults are docs/configuration.md's.
 LIMITS = {
@@ -46,6 +47,7 @@ LIMITS = {
     "TOOLSPOKE_STDIO_SANDBOX_FILE_MB": "16",
     "TOOLSPOKE_STDIO_SANDBOX_TMP_MB": "8",
     "TOOLSPOKE_STDIO_SANDBOX_CPU_S": "3",
+    "TOOLSPOKE_STDIO_SANDBOX_OPEN_FILES": str(OPEN_FILES),
 }
 
 if not probe().available:
@@ -223,6 +225,13 @@ def test_a_fork_bomb_stops_at_the_process_limit(site: Site) -> None:
     assert seen["ok"] is False and seen["error"] == "EAGAIN", seen
     assert seen["forked"] < PROCESSES, seen
     assert run(attempt(site.app, "whoami", {}))["ok"] is True  # and the server still answers
+
+
+def test_descriptors_stop_at_the_open_files_limit(site: Site) -> None:
+    held = run(attempt(site.app, "open_files", {}))
+    assert held["ok"] is False and held["error"] == "EMFILE", held
+    assert 0 < held["opened"] < OPEN_FILES, held
+    assert run(attempt(site.app, "whoami", {}))["ok"] is True  # it closed them and still answers
 
 
 def test_memory_and_files_are_bounded(site: Site) -> None:

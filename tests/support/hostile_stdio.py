@@ -155,6 +155,21 @@ def fill_many(args: dict[str, Any]) -> dict[str, Any]:
     return {**outcome, "written_mb": written >> 20, "files": len(names)}
 
 
+def open_files(args: dict[str, Any]) -> dict[str, Any]:
+    """Open descriptors until refused (at most ``limit``); then close them all."""
+    limit = int(args.get("limit", 1 << 20))
+    held: list[int] = []
+    outcome: dict[str, Any] = {"ok": True}
+    try:
+        while len(held) < limit:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        outcome = _failure(exc)
+    for fd in held:
+        os.close(fd)
+    return {**outcome, "opened": len(held)}
+
+
 def whoami(args: dict[str, Any]) -> dict[str, Any]:
     return {
         "ok": True,
@@ -198,6 +213,7 @@ TOOLS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "allocate": allocate,
     "fill_disk": fill_disk,
     "fill_many": fill_many,
+    "open_files": open_files,
     "whoami": whoami,
     "remember": remember,
     "recall": recall,
