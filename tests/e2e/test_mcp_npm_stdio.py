@@ -5,7 +5,8 @@ them in ``tests/peers``; nothing is fetched at test time), the gateway spawns it
 official SDK client searches, describes and runs its tools through the bridge. The memory
 server keeps its graph in a file of its toolkit's work directory; the filesystem server is
 rooted in a folder of its own, which the test reads directly to check what really happened
-on disk. Where bubblewrap works, both run sandboxed (``children/sandbox.py``).
+on disk. Where bubblewrap works (``make test`` installs it), both must run sandboxed
+(``children/sandbox.py``): the import says so, and the gateway refuses to run them otherwise.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ from typing import Any
 
 import pytest
 
+from appliance.children.sandbox import probe
 from tests.support.clients import connect
 from tests.support.peers import FILESYSTEM, MEMORY
 from tests.support.servers import Appliance, cli, running_appliance
 
 pytestmark = pytest.mark.e2e
+# Where the sandbox is available the reference servers must work inside it, not beside it.
+SANDBOX = {"TOOLSPOKE_STDIO_SANDBOX": "require"} if probe().available else {}
 
 
 def run(coro: Any) -> Any:
@@ -38,9 +42,12 @@ class Fleet:
 
 
 def imported(app: Appliance, *args: str) -> dict[str, Any]:
-    done = cli(app.data_dir, "import", "mcp", "--json", *args, timeout=120)
+    done = cli(app.data_dir, "import", "mcp", "--json", *args, env=SANDBOX, timeout=120)
     assert done.returncode == 0, done.stderr
-    return dict(json.loads(done.stdout))
+    report = dict(json.loads(done.stdout))
+    if SANDBOX:
+        assert "sandbox network: none" in " ".join(report["notes"]), report
+    return report
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +55,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     for package in (MEMORY, FILESYSTEM):
         assert package.exists(), f"{package} is missing: run `make test` (npm install in tests/peers)"
     data = tmp_path_factory.mktemp("npm").resolve() / "data"
-    with running_appliance(data) as app:
+    with running_appliance(data, env=SANDBOX) as app:
         # Each server writes in its own toolkit's work directory: in the sandbox nothing
         # else is writable (and it is where the gateway runs it).
         memory_file = data / "stdio" / "default.memory" / "graph.jsonl"
