@@ -278,6 +278,42 @@ class Settings:
         "Log the text of zero-result and low-score searches (off: only that one happened is logged and "
         "counted).",
     )
+    # -- the search usage log (gateway/usage.py; docs/search.md) -------------------------------
+    search_usage_log: bool = _setting(
+        "TOOLSPOKE_SEARCH_USAGE_LOG",
+        True,
+        values.boolean,
+        "Record, for each `search_tools` by a keyed caller, the query, who asked, when, the names "
+        "shown and which of them the same caller then called (its rank), or a miss; never a call's "
+        "arguments. Read by `toolspoke eval --from-usage`, the console's search playground and the "
+        "usage boost.",
+    )
+    search_usage_window_s: float = _setting(
+        "TOOLSPOKE_SEARCH_USAGE_WINDOW_S",
+        300.0,
+        values.positive(float),
+        "Seconds after a search within which a call of one of its results counts for it; a search "
+        "with no such call is a miss.",
+    )
+    search_usage_days: float = _setting(
+        "TOOLSPOKE_SEARCH_USAGE_DAYS",
+        30.0,
+        values.positive(float),
+        "Days a search usage row is kept; older rows are pruned hourly.",
+    )
+    search_usage_max_rows: int = _setting(
+        "TOOLSPOKE_SEARCH_USAGE_MAX_ROWS",
+        100_000,
+        values.positive(int),
+        "Most search usage rows kept; the oldest beyond it are pruned hourly.",
+    )
+    search_usage_boost: bool = _setting(
+        "TOOLSPOKE_SEARCH_USAGE_BOOST",
+        False,
+        values.boolean,
+        "Lift, in the hybrid ranking, tools this deployment's callers called after the same query "
+        "(normalised): a bounded term from smoothed counts. Off by default.",
+    )
     # -- legacy MCP sessions and SSE streams ---------------------------------------------------
     session_ttl_s: float = _setting(
         "TOOLSPOKE_SESSION_TTL_S",

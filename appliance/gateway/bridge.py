@@ -230,6 +230,7 @@ async def call_bridge(
             found = await search_for_agent(
                 rt, args, answers.result, principal=principal, can_install=may_install
             )
+        _note_search(rt, principal, args, found)
         return answers.json_result(answers.fold_search(found))
     if name == "list_toolkits":
         return answers.json_result(
@@ -271,6 +272,17 @@ async def call_bridge(
         )
     except (InvalidParams, UpstreamError) as exc:
         return _error_result(exc)
+
+
+def _note_search(rt: Runtime, principal: Principal, args: dict[str, Any], found: dict[str, Any]) -> None:
+    """Each use case's query and the names it showed, for the usage log (never its arguments)."""
+    if not rt.usage.records(principal):
+        return
+    if "groups" in found:
+        for group in found["groups"]:
+            rt.usage.searched(principal, group["use_case"], [r["name"] for r in group["results"]])
+    else:
+        rt.usage.searched(principal, args["query"], [r["name"] for r in found["results"]])
 
 
 def _kits_in(

@@ -87,6 +87,7 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
 async def resolve(rt: Runtime, attempt: Attempt) -> Tool:
     """Stage: the one tool the name means to this caller (the access check of every call)."""
     attempt.tool = await calls.resolve_tool(rt, attempt.principal, attempt.name, project=attempt.project)
+    rt.usage.called(attempt.principal, attempt.tool)  # in memory: settles a search that showed it
     return attempt.tool
 
 

@@ -29,6 +29,7 @@ from appliance.gateway.health_machine import HealthBook, thresholds_from
 from appliance.gateway.redaction import VaultNeedles
 from appliance.gateway.semantic import Semantic
 from appliance.gateway.services import Service, Services, at_once
+from appliance.gateway.usage import UsageLog
 from appliance.ledger.amounts import parse_credits
 from appliance.ledger.book import Book
 from appliance.ledger.ratelimit import RateLimiter
@@ -112,6 +113,8 @@ class Runtime:
             default_fee=parse_credits(settings.default_fee, "default_fee"),
             audit_retention_s=settings.audit_retention_days * 86400,
         )
+        # which search result a caller then called (gateway/usage.py): written beside the book's rows
+        self.usage = UsageLog(settings, self.book)
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         # Tool-call attempts between their start and their audit row's acknowledgement
@@ -139,6 +142,8 @@ class Runtime:
             Service("semantic search", at_once(lambda: self.semantic.provider), self.semantic.aclose),
             # Queued audit rows and charges are flushed before the database closes.
             Service("ledger", stop=self.book.aclose),
+            # Open searches settle as misses and ride the book's last batch, before it stops.
+            Service("search usage log", stop=self.usage.aclose),
             Service("egress", stop=self.egress.aclose),
             # Children first: no stdio upstream may outlive the gateway.
             Service("MCP sessions and stdio children", stop=self.mcp.aclose),

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.db import Database, SyncReader
+from appliance.db import Database, SyncReader, SyncWriter
 from appliance.errors import ApplianceError, NotFound, QuotaExhausted
 from appliance.ledger import store, windows
 from appliance.ledger.amounts import credits
@@ -77,7 +77,8 @@ class _Load(_Item):
 
 @dataclass
 class _Admin(_Item):
-    work: Callable[[SyncReader], Any] | None = None
+    work: Callable[[SyncWriter], Any] | None = None
+    reload: bool = True  # False: a rider (``aside``) that changes no figure
 
 
 @dataclass
@@ -190,6 +191,15 @@ class Book:
     async def admin(self, work: Callable[[SyncReader], Any]) -> Any:
         """Run a ledger write (grant, void, price) in the next batch; figures reload after it."""
         return await self._submit(_Admin(work=work))
+
+    def aside(self, work: Callable[[SyncWriter], Any]) -> asyncio.Future[Any]:
+        """Run a write that changes no ledger figure (the search usage log) in the next batch.
+
+        Why here rather than a transaction of its own: the book reloads its figures after any
+        commit it did not make (``Database.generation``), so a separate write would cost the
+        next call a reload; riding in a batch costs no call anything, and concurrent calls'
+        rows share the commit."""
+        return self._submit(_Admin(work=work, reload=False))
 
     async def sync(self) -> None:
         """Wait until everything queued so far is durable."""
@@ -313,7 +323,7 @@ class Book:
 
     def _prepare(
         self, items: list[_Item], *, prune: bool = True
-    ) -> tuple[Callable[[SyncReader], tuple[int, list[Any], bool, _Snapshot]], float | None]:
+    ) -> tuple[Callable[[SyncWriter], tuple[int, list[Any], bool, _Snapshot]], float | None]:
         """The batch's transaction body, and the audit cut-off when a prune is due."""
         for item in items:
             if isinstance(item, _Load):
@@ -322,7 +332,7 @@ class Book:
         cached = (list(self.prices), list(self.usage), list(self.balances))
         prune_before = self.clock() - self.audit_retention_s if prune and self._prune_due() else None
 
-        def work(r: SyncReader) -> tuple[int, list[Any], bool, _Snapshot]:
+        def work(r: SyncWriter) -> tuple[int, list[Any], bool, _Snapshot]:
             # Inside the transaction: no other writer of this process can commit now.
             stale = self.db.generation != self._generation
             version = int(r.one("PRAGMA data_version")[0])
@@ -338,7 +348,7 @@ class Book:
                     assert item.work is not None
                     try:
                         results.append(item.work(r))
-                        reload = True
+                        reload = reload or item.reload
                     except ApplianceError as exc:  # checked before writing: nothing partial
                         results.append(exc)
                 else:

@@ -27,6 +27,7 @@ OPENING = (
     "vault",
     "semantic search",
     "ledger",
+    "search usage log",
     "egress",
     "MCP sessions and stdio children",
     "interrupted calls",
