@@ -21,7 +21,7 @@ from appliance.db import SyncReader
 from appliance.errors import InvalidParams
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
-from appliance.search import fts, hybrid, vectors
+from appliance.search import fts, hybrid, usage, vectors
 from appliance.search.text import MAX_QUERY_CHARS
 
 Ranking = Literal["auto", "lexical", "semantic", "hybrid"]
@@ -42,6 +42,7 @@ class Explained:
     lexical_part: float | None = None
     semantic_part: float | None = None
     service_part: float | None = None
+    usage_part: float | None = None  # what the usage boost gave (None: off)
 
 
 @dataclass
@@ -152,6 +153,8 @@ async def search(
             tools = await conn.batch(lambda r: store.tools_by_ids_in(r, [t for t, _ in top], scope=scope))
         return _lexical_outcome(rt, query, top, tools, "provider_unavailable")
 
+    boost = settings.search_usage_boost
+
     def second(reader: SyncReader) -> tuple[list[hybrid.Fused], list[Tool]]:
         matrix = vectors.matrix_in(reader, model_id)
         near = [] if matrix is None else vectors.nearest(matrix, qvec, k=depth, toolkit_ids=visible)
@@ -163,7 +166,9 @@ async def search(
         else:
             ids = [t for t, _ in lexical] + [t for t, _ in near]
             kits = {} if matrix is None else vectors.groups_of(matrix, ids)
-            fused = hybrid.fuse(lexical, near, limit=spare, toolkit_of=kits)
+            # The optional usage boost (search/hybrid.py): calls logged after this query.
+            used = hybrid.usage_prior(*usage.observed_in(reader, query)) if boost else None
+            fused = hybrid.fuse(lexical, near, limit=spare, toolkit_of=kits, usage=used)
         return fused, store.tools_by_ids_in(reader, [f.tool_id for f in fused], scope=scope)
 
     async with rt.db.read() as conn:
@@ -180,6 +185,7 @@ async def search(
             f.lexical_part,
             f.semantic_part,
             f.service_part,
+            f.usage_part,
         )
         for f in fused
         if f.tool_id in by_id

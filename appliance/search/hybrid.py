@@ -24,6 +24,17 @@ lifts the siblings of a strong match: tasks often need several tools of one serv
 (ToolBench: +0.003 to +0.008 nDCG@10), and it is neutral when all tools share one.
 Tuned on the dev queries of the four bench sets only (docs/search.md, tuning log): min-max
 scaling, reciprocal rank fusion (the bench's baseline) and other weights measured lower.
+
+The usage term (optional, off by default: ``search_usage_boost``) adds, for each candidate,
+
+    USAGE_BOOST * calls(query, tool) / (searches(query) + USAGE_PRIOR)
+
+from the deployment's usage log (``search/usage.observed_in``): of the logged searches with
+this normalised query, the share that led to a call of this tool, smoothed towards 0 so that
+one observation is worth less than many (one call after one search: a third of the term at
+most). It is bounded by USAGE_BOOST (about one standard deviation of a list's scores), only
+reorders candidates the query found, and is exactly 0 for a query never logged: with an empty
+log the ranking is the one without it.
 """
 
 from __future__ import annotations
@@ -40,6 +51,10 @@ TOOLKIT_BOOST = 0.15
 MIN_CONFIDENCE = 0.1
 # Candidates taken from each side before fusing.
 CANDIDATES = 100
+# The usage term's ceiling, in z-score units, and its smoothing (pseudo-searches that led to
+# no call). Set by reasoning, not tuned: see the module docstring and docs/search.md.
+USAGE_BOOST = 1.0
+USAGE_PRIOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,14 @@ class Fused:
     lexical_part: float | None = None
     semantic_part: float | None = None
     service_part: float | None = None
+    usage_part: float | None = None  # the usage term; None where it was off
+
+
+def usage_prior(searches: int, calls: Mapping[int, int]) -> dict[int, float]:
+    """Each tool's usage term from the log's counts for one normalised query."""
+    if searches <= 0:
+        return {}
+    return {t: USAGE_BOOST * c / (searches + USAGE_PRIOR) for t, c in calls.items() if c > 0}
 
 
 def standardised(hits: Sequence[tuple[int, float]]) -> dict[int, float]:
@@ -77,11 +100,13 @@ def fuse(
     lexical_weight: float = LEXICAL_WEIGHT,
     toolkit_boost: float = TOOLKIT_BOOST,
     by_confidence: bool = True,
+    usage: Mapping[int, float] | None = None,
 ) -> list[Fused]:
     """The fused list, best first, cut to ``limit``; ties keep the lexical order, then semantic.
 
     ``by_confidence`` scales the two weights by each list's confidence (module docstring); off,
-    the weights are the fixed ``lexical_weight`` and its complement (the bench's A/B)."""
+    the weights are the fixed ``lexical_weight`` and its complement (the bench's A/B).
+    ``usage``: each tool's usage term (``usage_prior``), added last; None: off."""
     lex_z = standardised(lexical)
     sem_z = standardised(semantic)
     lex_floor = min(lex_z.values(), default=0.0)
@@ -103,6 +128,9 @@ def fuse(
             if score > best.get(kit, -math.inf):
                 best[kit] = score
         score_of = {t: s + toolkit_boost * best[toolkit_of.get(t, -t)] for t, s in base.items()}
+    serviced = score_of
+    if usage:
+        score_of = {t: s + usage.get(t, 0.0) for t, s in serviced.items()}
     # ``sorted`` is stable: equal scores keep the candidates' order (lexical first).
     top = sorted(order, key=score_of.__getitem__, reverse=True)[: max(0, limit)]
     lex_rank = {tool_id: i + 1 for i, (tool_id, _) in enumerate(lexical)}
@@ -119,7 +147,8 @@ def fuse(
             sem_score.get(t),
             lexical_weight * lex_z.get(t, lex_floor),
             semantic_weight * sem_z.get(t, sem_floor),
-            score_of[t] - base[t],
+            serviced[t] - base[t],
+            None if usage is None else score_of[t] - serviced[t],
         )
         for t in top
     ]

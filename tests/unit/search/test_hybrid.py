@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from appliance.search import hybrid
@@ -77,3 +78,24 @@ def test_each_fused_score_is_the_sum_of_its_words_meaning_and_service_terms() ->
     assert by_id[2].service_part != by_id[1].service_part  # a service of its own gets its own lift
     plain = hybrid.fuse(lexical, semantic, limit=4)
     assert all(f.service_part == 0.0 for f in plain)
+
+
+def test_the_usage_term_is_bounded_smoothed_and_nothing_without_observations() -> None:
+    lexical = [(1, 9.0), (2, 8.5), (3, 2.0)]
+    semantic = [(1, 0.8), (2, 0.78), (3, 0.3)]
+    plain = hybrid.fuse(lexical, semantic, limit=3)
+    # the boost on with nothing logged for this query: the same ranking, the same scores
+    assert hybrid.fuse(lexical, semantic, limit=3, usage=hybrid.usage_prior(0, {})) == [
+        dataclasses.replace(f, usage_part=0.0) for f in plain
+    ]
+    assert hybrid.usage_prior(5, {}) == {}
+    # one call after one search is worth a third of the ceiling; many calls approach it
+    assert hybrid.usage_prior(1, {2: 1}) == {2: hybrid.USAGE_BOOST / 3}
+    assert hybrid.usage_prior(1000, {2: 1000})[2] < hybrid.USAGE_BOOST
+    used = hybrid.fuse(lexical, semantic, limit=3, usage=hybrid.usage_prior(4, {2: 4}))
+    assert [f.tool_id for f in used][:2] == [2, 1]  # a near second, called every time, is lifted
+    assert used[0].usage_part is not None and 0 < used[0].usage_part < hybrid.USAGE_BOOST
+    # only candidates the query found are reordered: an observed tool that is not one stays out
+    assert {f.tool_id for f in hybrid.fuse(lexical, semantic, limit=5, usage={99: 1.0})} == {1, 2, 3}
+    far = hybrid.fuse(lexical, semantic, limit=3, usage=hybrid.usage_prior(1, {3: 1}))
+    assert far[-1].tool_id == 3  # a bounded term cannot lift a poor match over clear winners
