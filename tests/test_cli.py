@@ -22,6 +22,7 @@ from appliance import __version__
 from appliance.access import keys
 from appliance.db import Database
 from appliance.db.migrate import default_migrations_dir
+from appliance.search import usage
 from tests.support import servers
 from tests.support.servers import ADMIN_KEY, FIXTURES, PetstoreUpstream
 
@@ -427,6 +428,36 @@ def test_eval_prints_recall_ndcg_and_mrr(data: Path, tmp_path: Path) -> None:
         assert 0.0 <= summary[metric] <= 1.0
     assert summary["recall@10"] == 1.0
     assert summary["mrr"] > 0.5
+
+
+def test_eval_from_usage_scores_the_logged_searches_that_led_to_a_call(data: Path) -> None:
+    empty = cli(data, "eval", "--from-usage")
+    assert empty.returncode == 1 and "no search that led to a call" in empty.stderr, empty.stderr
+    assert cli(data, "eval").returncode == 2  # a queries file or --from-usage, one of them
+
+    async def log() -> None:
+        db = Database(data / "toolspoke.db")
+        await db.open(default_migrations_dir())
+        try:
+            found = ["petstore__listPets", "petstore__createPets"]
+            rows = [
+                usage.Searched(1.0, 1, 2, "a (u)", "list all pets", found, "petstore__listPets", 9, 1),
+                usage.Searched(2.0, 1, 2, "a (u)", "create a pet", found, "petstore__createPets", 9, 2),
+                usage.Searched(3.0, 1, 2, "a (u)", "<b>nothing</b>", []),
+            ]
+            await db.writing(lambda w: usage.insert_in(w, rows))
+        finally:
+            await db.close()
+
+    asyncio.run(log())
+    text = cli(data, "eval", "--from-usage")
+    assert text.returncode == 0, text.stderr
+    assert "from the usage log: 3 searches, 2 led to a call (scored), 1 misses" in text.stdout
+    for metric in ("recall@1", "ndcg@10", "mrr"):
+        assert re.search(rf"^\s+{re.escape(metric)}\s+\d\.\d{{3}}$", text.stdout, re.M), text.stdout
+    summary = json.loads(cli(data, "eval", "--from-usage", "--json").stdout)
+    assert summary["queries"] == 2 and summary["usage"] == {"searches": 3, "called": 2, "misses": 1}
+    assert summary["recall@10"] == 1.0  # each called tool is found by the current ranking
 
 
 def test_eval_of_a_malformed_queries_file_exits_2(data: Path, tmp_path: Path) -> None:

@@ -208,7 +208,12 @@ def call(
 
 
 @main.command(name="eval")
-@click.argument("queries", type=click.Path(exists=True, dir_okay=False))
+@click.argument("queries", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--from-usage",
+    is_flag=True,
+    help="Score on the usage log instead: each logged search that led to a call, the called tool relevant.",
+)
 @click.option(
     "--limit",
     type=click.IntRange(10, 100),
@@ -227,7 +232,8 @@ def call(
 @click.option("--project", default=None)
 @STORE
 def eval_(
-    queries: str,
+    queries: str | None,
+    from_usage: bool,
     limit: int,
     ranking: str,
     toolkit: str | None,
@@ -236,25 +242,44 @@ def eval_(
     config_file: str | None,
     as_json: bool,
 ) -> None:
-    """Score search on labelled queries (JSONL: id, query, gold): Recall@k, nDCG@10, MRR, latency."""
-    from appliance.gateway.evaluation import evaluate, read_queries
+    """Score search on labelled queries (JSONL: id, query, gold), or on the usage log
+    (--from-usage): Recall@k, nDCG@10, MRR, latency."""
+    from appliance.gateway.evaluation import evaluate, evaluate_usage, read_queries
 
-    try:
-        items = read_queries(Path(queries).read_bytes())
-    except ApplianceError as exc:
-        fail(exc.public_message, 2)
+    if (queries is None) == (not from_usage):
+        fail("give either a queries file or --from-usage", 2)
     started = time.perf_counter()
-    summary = operate(
-        data_dir,
-        config_file,
-        lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project, ranking=ranking),  # type: ignore[arg-type]
-    )
+    if from_usage:
+        if toolkit or project:
+            fail("--from-usage replays every toolkit: --toolkit and --project do not apply", 2)
+        summary = operate(
+            data_dir,
+            config_file,
+            lambda rt: evaluate_usage(rt, limit=limit, ranking=ranking),  # type: ignore[arg-type]
+        )
+    else:
+        assert queries is not None
+        try:
+            items = read_queries(Path(queries).read_bytes())
+        except ApplianceError as exc:
+            fail(exc.public_message, 2)
+        summary = operate(
+            data_dir,
+            config_file,
+            lambda rt: evaluate(rt, items, limit=limit, toolkit=toolkit, project=project, ranking=ranking),  # type: ignore[arg-type]
+        )
     if as_json:
         emit(summary)
         return
     click.echo(
         f"{summary['queries']} queries in {time.perf_counter() - started:.1f}s, ranking {summary['ranking']}"
     )
+    if "usage" in summary:
+        logged = summary["usage"]
+        click.echo(
+            f"  from the usage log: {logged['searches']} searches, {logged['called']} led to a call "
+            f"(scored), {logged['misses']} misses (no call: not scored)"
+        )
     for key in ("recall@1", "recall@5", "recall@10", "ndcg@10", "mrr"):
         click.echo(f"  {key:<10} {summary[key]:.3f}")
     lat = summary["latency_ms"]

@@ -4,6 +4,11 @@ Queries are JSONL: ``{"id", "query", "gold": ["toolkit/name", ...]}``. A gold st
 compared whole (toolkits and names may contain ``/``) against each result's keys: the
 catalogue's own ``group/upstream_name`` (how the retrieval data sets label tools), the
 toolkit slug with the upstream name, and the gateway's exact tool name.
+
+``--from-usage`` takes the queries from the deployment's usage log instead (``search/usage``):
+each logged search that led to a call, with the called tool as its one relevant result,
+replayed against the current ranking as the operator (every toolkit; the caller's own scope
+is not replayed). Misses have no known relevant tool, so they are counted, not scored.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from appliance.errors import InvalidParams
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import Ranking, search
 from appliance.models import Tool
-from appliance.search import metrics
+from appliance.search import metrics, usage
+
+# Logged searches that led to a call replayed by ``--from-usage``, newest first.
+USAGE_QUERIES = 5_000
 
 
 def read_queries(data: bytes) -> list[dict[str, Any]]:
@@ -100,3 +108,22 @@ async def evaluate(
         "latency_ms": metrics.latency_summary(latencies),
         "missed": worst[:20],
     }
+
+
+async def evaluate_usage(rt: Runtime, *, limit: int = 100, ranking: Ranking = "auto") -> dict[str, Any]:
+    """``evaluate`` on the usage log's searches that led to a call (the called tool relevant)."""
+
+    def logged(r: Any) -> tuple[list[tuple[int, str, str]], int, int]:
+        return usage.called_in(r, limit=USAGE_QUERIES), usage.count_in(r), usage.misses_count_in(r)
+
+    async with rt.db.read() as conn:
+        called, searches, misses = await conn.batch(logged)
+    if not called:
+        raise InvalidParams(
+            f"the usage log holds no search that led to a call yet ({searches} logged, {misses} misses)",
+            field="from_usage",
+        )
+    items = [{"id": f"usage/{i}", "query": q, "gold": [name]} for i, q, name in called]
+    summary = await evaluate(rt, items, limit=limit, ranking=ranking)
+    summary["usage"] = {"searches": searches, "called": len(called), "misses": misses}
+    return summary
