@@ -230,6 +230,32 @@ def test_the_playground_answers_what_the_agents_own_search_would(app: InProcess)
     assert admin.get("/console/search", params={"q": "x" * 5000}).status_code == 422
 
 
+def test_the_playground_lists_recent_misses_escaped_and_only_to_whom_they_belong(app: InProcess) -> None:
+    ann_miss, bob_miss = "<script>alert('ann')</script> zzqx", "bob wants a unicorn qqzv"
+    mcp_search(app, built(app).agent_keys[0], ann_miss)  # a0 acts for ann
+    mcp_search(app, built(app).agent_keys[1], bob_miss)  # a1 for bob
+
+    async def settle() -> None:  # as the window's end would
+        app.rt.usage.expire(everything=True)
+        await app.rt.usage.flush()
+
+    app.run(settle())
+
+    def misses(key: str) -> str:
+        client, _ = signed_in(app, key)
+        page = client.get("/console/search")
+        assert page.status_code == 200
+        assert "<script>alert(" not in page.text
+        return page.text.split('id="misses"', 1)[1]
+
+    ann, bob, admin = (misses(k) for k in (*built(app).user_keys, app.key))
+    escaped = "&lt;script&gt;alert(&#39;ann&#39;)&lt;/script&gt; zzqx"
+    assert escaped in ann and "unicorn" not in ann
+    assert "unicorn qqzv" in bob and "zzqx" not in bob
+    assert escaped in admin and "unicorn qqzv" in admin
+    assert "a0 (u0)" in ann and "a1 (u1)" in bob
+
+
 # -- users, credit, overview, settings -----------------------------------------------------------
 
 

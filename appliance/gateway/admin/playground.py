@@ -5,10 +5,15 @@ The search is the agents' own (``gateway/searching.search`` with the arguments
 ``agent_search`` gives it for a plain ``query``), under the principal the agent's keys act
 for, so the results are exactly that agent's: its grants, opt-outs, allow-lists and the
 semantic switch applied. Only the explanation is added.
+
+Beside it, the recent misses (``recent_misses``): agents' searches that led to no call of any
+result within the usage window, from the usage log (``gateway/usage.py``): a user sees those of
+their own key and agents, an admin everyone's. Their text is the agents' and is shown escaped.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from appliance.access import principals
@@ -16,9 +21,15 @@ from appliance.errors import InvalidParams
 from appliance.gateway import searching
 from appliance.gateway.admin.agent_pages import agent_principal
 from appliance.models import Principal
+from appliance.search import usage
 
 if TYPE_CHECKING:
     from appliance.gateway.runtime import Runtime
+
+# Recent misses the playground lists.
+MISSES_SHOWN = 20
+# Names of a miss's answer shown beside it.
+MISS_RESULTS = 3
 
 # Why the semantic pass did not join, in words (``searching.Outcome.reason``).
 REASONS = {
@@ -58,6 +69,8 @@ def _parts(r: searching.Explained) -> str:
     terms = [f"words {r.lexical_part:+.2f}", f"meaning {r.semantic_part:+.2f}"]
     if r.service_part:
         terms.append(f"its service {r.service_part:+.2f}")
+    if r.usage_part:
+        terms.append(f"observed use {r.usage_part:+.2f}")
     return ": " + ", ".join(terms)
 
 
@@ -100,3 +113,22 @@ async def search(
             for r in outcome.results
         ],
     }
+
+
+async def recent_misses(rt: Runtime, viewer: Principal, *, limit: int = MISSES_SHOWN) -> list[dict[str, Any]]:
+    """The newest searches that led to no call, newest first: the viewer's own key's and
+    agents' (an admin: everyone's). Each with who asked, when, and the first names it showed."""
+    principals.require_person(viewer)
+    user = None if viewer.is_admin else viewer.user_id
+    async with rt.db.read() as conn:
+        rows = await conn.batch(lambda r: usage.misses_in(r, user_id=user, limit=limit))
+    return [
+        {
+            "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(m.at)),
+            "who": m.principal,
+            "query": m.query,
+            "shown": m.results[:MISS_RESULTS],
+            "more": max(0, len(m.results) - MISS_RESULTS),
+        }
+        for m in rows
+    ]

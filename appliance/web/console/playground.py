@@ -29,6 +29,7 @@ async def search(request: Request) -> HTTPResponse:
         limit = _whole(args.get("limit", ""), "limit")
         agents = await people.list_agents(rt, viewer)
         found = await playground.search(rt, viewer, query, agent_id=agent, limit=limit)
+        misses = await playground.recent_misses(rt, viewer)
     except ApplianceError as exc:
         return failure(request, exc)
     context = _context(
@@ -38,6 +39,9 @@ async def search(request: Request) -> HTTPResponse:
         limit=limit or rt.settings.search_default_limit,
         max_limit=rt.settings.search_max_limit,
         agents=agents,
+        misses=misses,
+        usage_log=rt.settings.search_usage_log,
+        usage_window=int(rt.settings.search_usage_window_s),
         **found,
     )
     return render("search.html", context)

@@ -60,5 +60,7 @@ def test_a_fused_result_says_what_the_words_the_meaning_and_its_service_gave() -
     )
     alone = searching.Explained(tool, 0.4, None, None, 1, 0.7, -0.2, 0.6, 0.0)
     assert playground._why(alone, "hybrid").endswith("by meaning alone: words -0.20, meaning +0.60")
+    used = searching.Explained(tool, 1.3, 1, 7.5, 2, 0.61, 0.52, 0.31, 0.12, 0.33)
+    assert playground._why(used, "hybrid").endswith("its service +0.12, observed use +0.33")
     lexical = searching.Explained(tool, 3.0, 1, 3.0)
     assert playground._why(lexical, "lexical") == "lexical #1 (BM25 3.00): ranked by its words alone"
