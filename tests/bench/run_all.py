@@ -12,6 +12,11 @@ STEPS = (
         "Retrieval quality (dev queries; lexical, semantic, hybrid; own and pooled catalogues)",
         ["retrieval.py"],
     ),
+    (
+        "Search that learns from use: the usage boost on a replayed log (dev queries, hybrid)",
+        ["usage_replay.py"],
+    ),
+    ("The search usage log's cost to an agent's call (search, then use_tool)", ["usage_call_cost.py"]),
     ("Search latency (agent's search_tools, default limit 8)", ["search_latency.py", "10000", "100000"]),
     (
         "Hostile search_tools input: worst case per size, up to the query limit and past it",
