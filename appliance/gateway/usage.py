@@ -2,9 +2,10 @@
 
 Each ``search_tools`` use case by a keyed caller is noted here in memory (``searched``), with
 the names it showed. A tool call by the same caller (same user and agent) within
-``search_usage_window_s`` that names one of them settles it with that rank (``called``, from
-the pipeline right after the name resolves: a dictionary look, no await); a search no call
-settles within the window is a miss. Arguments are never seen here: only the tool's name.
+``search_usage_window_s`` that names one of them settles the newest such search with that
+rank (``called``, from the pipeline right after the name resolves: a dictionary look, no
+await); a search no call settles within the window is a miss. Arguments are never seen
+here: only the tool's name.
 
 Why in memory first: the outcome is known only later, so a row written at search time would
 need an update at call time, a database write on the call path. Settled searches are written
@@ -78,6 +79,7 @@ class UsageLog:
             who,
             query[: usage.MAX_QUERY],
             names[: usage.MAX_RESULTS],
+            key=usage.normalised(query),  # of the whole query: the boost looks it up that way
         )
         pending = self._open.setdefault(_caller(principal), [])
         pending.append(entry)
@@ -87,23 +89,27 @@ class UsageLog:
         self._start()
 
     def called(self, principal: Principal, tool: Tool) -> None:
-        """A call by ``principal`` resolved to ``tool``: every open search of that caller that
-        showed it is settled with its rank (each of them led to this call)."""
+        """A call by ``principal`` resolved to ``tool``: the newest open search of that caller
+        that showed it is settled with its rank. Only the newest: an older one that happened
+        to show the tool (an unrelated search a minute before, listing it ninth) did not lead
+        to this call, and crediting it would teach the boost a false pairing; it stays open
+        (a later call may settle it) or becomes a miss."""
         if not self._open:
             return
         pending = self._open.get(_caller(principal))
         if not pending:
             return
         horizon = self.clock() - self.window_s
-        kept = []
-        for entry in pending:
-            if entry.at >= horizon and tool.name in entry.results:
+        for i in range(len(pending) - 1, -1, -1):
+            entry = pending[i]
+            if entry.at < horizon:
+                return  # older ones are past the window too
+            if tool.name in entry.results:
                 entry.called, entry.called_id = tool.name, tool.id
                 entry.rank = entry.results.index(tool.name) + 1
+                del pending[i]
                 self._settle(entry)
-            else:
-                kept.append(entry)
-        pending[:] = kept
+                return
 
     def _settle(self, entry: usage.Searched) -> None:
         self._opened -= 1

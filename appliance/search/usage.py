@@ -44,6 +44,7 @@ class Searched:
     called: str | None = None
     called_id: int | None = None
     rank: int | None = None
+    key: str = ""  # ``normalised(query)`` of the whole query, before it is cut; "" to compute
 
 
 def normalised(query: str) -> str:
@@ -61,7 +62,7 @@ def insert_in(w: SyncWriter, rows: Iterable[Searched]) -> int:
             r.agent_id,
             r.principal,
             r.query[:MAX_QUERY],
-            normalised(r.query),
+            r.key or normalised(r.query),
             orjson.dumps(r.results[:MAX_RESULTS]).decode(),
             r.called,
             r.called_id,

@@ -67,14 +67,21 @@ def test_a_call_of_a_shown_result_records_its_rank_and_no_call_is_a_miss(tmp_pat
         rt.usage.called(a0, _tool("alpha__t1", 42))
         clock.now += 31  # a1's and ann's searches are now past the 60 s window
         rt.usage.called(a1, _tool("alpha__t1"))  # too late: no longer counts
+        rt.usage.searched(a0, "older, unrelated", ["alpha__t2"])
+        clock.now += 1
+        rt.usage.searched(a0, "newer", ["alpha__t1", "alpha__t2"])
+        rt.usage.called(a0, _tool("alpha__t2"))  # settles the newest search that showed it, only
+        older = rt.usage._open[(a0.user_id, a0.agent_id)]
+        assert [e.query for e in older] == ["older, unrelated"]
         rt.usage.expire()
-        assert await rt.usage.flush() == 3
+        assert await rt.usage.flush() == 4
         rows = {(r["principal"], r["query"]): r for r in await _rows(rt)}
         hit = rows[("a0 (u0)", "send the invoice")]
         assert (hit["called"], hit["called_id"], hit["rank"]) == ("alpha__t1", 42, 2)
         assert hit["user_id"] == built.user_ids[0] and hit["agent_id"] == built.agent_ids[0]
         assert orjson.loads(hit["results"]) == ["alpha__t0", "alpha__t1", "alpha__t2"]
         assert hit["qkey"] == "invoice send"
+        assert rows[("a0 (u0)", "newer")]["rank"] == 2
         for miss in (rows[("a1 (u1)", "send the invoice")], rows[("u0", "something else")]):
             assert miss["rank"] is None and miss["called"] is None and miss["called_id"] is None
         assert rows[("u0", "something else")]["agent_id"] is None
@@ -167,5 +174,17 @@ def test_a_flush_rides_the_book_and_forgets_no_remembered_lookup(tmp_path: Path)
         assert rt.book._generation == rt.db.generation  # the book made the commit: no reload due
         await asyncio.sleep(0)  # the memo looks again on a later turn of the loop
         assert rt.db.memo().get("probe") == 1  # search_usage is exempt from the cache generation
+
+    worlds.run_in(tmp_path, WORLD, body, env=ENV)
+
+
+def test_a_long_query_is_counted_by_its_whole_text_not_the_stored_cut(tmp_path: Path) -> None:
+    async def body(rt: Runtime, built: worlds.Built, people: list[Principal]) -> None:
+        long = "invoice " * 70 + "refund"  # its last word lies past the stored 500 characters
+        rt.usage.searched(people[2], long, ["alpha__t0"])
+        rt.usage.called(people[2], _tool("alpha__t0", 5))
+        await rt.usage.flush()
+        async with rt.db.read() as conn:
+            assert await conn.batch(lambda r: usage.observed_in(r, long)) == (1, {5: 1})
 
     worlds.run_in(tmp_path, WORLD, body, env=ENV)
