@@ -198,8 +198,8 @@ def comparable(api: httpx.Client, slug: str) -> list[dict[str, Any]]:
 def test_an_endpoint_the_guard_refuses_is_never_reached_and_changes_nothing_stored(
     api: httpx.Client, app: InProcess, chat: ChatServer
 ) -> None:
-    """A name for the chat endpoint that resolves to link-local (cloud metadata): the guard
-    refuses it before any connection, and the import stores what it stores with no model."""
+    """SSRF-09: a name for the chat endpoint that resolves to link-local (cloud metadata): the
+    guard refuses it before any connection, and the import stores what it stores with no model."""
     values = Values()
     configured = app.rt.naming_model
     assert configured is not None
