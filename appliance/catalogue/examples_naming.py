@@ -36,6 +36,7 @@ DESCRIPTION_MAX = 240  # characters of the model's sentence
 ANSWER_MAX_BYTES = 16_384 + 1_024 * BATCH  # the HTTP body; past it the answer is not read
 FIELDS_MAX = 60  # body fields described, per object
 DEPTH_MAX = 6  # body nesting described
+NODES_MAX = 200  # body fields and items described in all, per tool (a prompt stays small)
 LABEL_MAX = 80  # characters of a parameter or field name sent
 _TYPES = frozenset({"string", "integer", "number", "boolean", "object", "array", "null"})
 _FORMATS = frozenset({"date-time", "date", "email", "uuid", "uri"})
@@ -143,22 +144,26 @@ def _kind(value: Any) -> str | list[str] | None:
     return None
 
 
-def shape(schema: Any, depth: int = 0) -> dict[str, Any]:
+def shape(schema: Any, depth: int = 0, budget: list[int] | None = None) -> dict[str, Any]:
     """A JSON Schema reduced to its structure: types, formats, fields, items and ``required``
-    (never ``enum``, ``const``, ``default`` or ``examples``: those are values)."""
-    if not isinstance(schema, dict) or depth > DEPTH_MAX:
+    (never ``enum``, ``const``, ``default`` or ``examples``: those are values). At most
+    ``FIELDS_MAX`` fields an object, ``DEPTH_MAX`` levels and ``NODES_MAX`` nodes in all;
+    past them a node is left open (``{}``)."""
+    budget = [NODES_MAX] if budget is None else budget
+    if not isinstance(schema, dict) or depth > DEPTH_MAX or budget[0] <= 0:
         return {}
+    budget[0] -= 1
     out = _type_of({k: v for k, v in schema.items() if k != "items"})
     props = schema.get("properties")
     if isinstance(props, dict):
-        kept = list(props.items())[:FIELDS_MAX]
-        out["properties"] = {_label(k): shape(v, depth + 1) for k, v in kept}
-        required = [_label(r) for r in schema.get("required") or [] if isinstance(r, str) and r in dict(kept)]
+        kept = dict(list(props.items())[:FIELDS_MAX])
+        out["properties"] = {_label(k): shape(v, depth + 1, budget) for k, v in kept.items()}
+        required = [_label(r) for r in schema.get("required") or [] if isinstance(r, str) and r in kept]
         if required:
             out["required"] = required
     items = schema.get("items")
     if isinstance(items, dict):
-        out["items"] = shape(items, depth + 1)
+        out["items"] = shape(items, depth + 1, budget)
     return out
 
 

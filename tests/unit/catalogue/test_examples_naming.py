@@ -76,7 +76,7 @@ def test_the_prompt_holds_the_shapes_and_no_value_of_the_examples() -> None:
     assert '{"tools": [{"id"' in system and f"at most {naming.action_limit('kit')} characters" in system
 
 
-def test_a_deep_or_wide_body_schema_is_cut_before_it_is_sent() -> None:
+def test_a_deep_wide_or_large_body_schema_is_cut_before_it_is_sent() -> None:
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(naming.DEPTH_MAX + 5):
         deep = {"type": "object", "properties": {"a": deep}}
@@ -88,6 +88,11 @@ def test_a_deep_or_wide_body_schema_is_cut_before_it_is_sent() -> None:
     cut = naming.shape(wide)
     assert len(cut["properties"]) == naming.FIELDS_MAX
     assert "default" not in json.dumps(cut)
+    # 50 objects of 50 fields: 2,551 nodes, of which NODES_MAX are described.
+    inner = {"type": "object", "properties": {f"g{i}": {"type": "string"} for i in range(50)}}
+    large = {"type": "object", "properties": {f"f{i}": inner for i in range(50)}}
+    text = json.dumps(naming.shape(large))
+    assert text.count('"type"') == naming.NODES_MAX and len(text) < 8_000
 
 
 def completion(content: Any) -> bytes:
