@@ -189,6 +189,37 @@ class Settings:
         "Longest chunk of a Lore document, in characters: `search_lore` finds and quotes chunks, "
         "cut at headings and then at paragraph breaks.",
     )
+    # -- naming inferred tools with a chat model (gateway/naming_model.py; docs/api.md) --------
+    infer_chat_url: str | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_URL",
+        None,
+        str,
+        "Base URL of an OpenAI-compatible chat endpoint (`POST {url}/chat/completions`), e.g. "
+        "http://127.0.0.1:11434/v1 (Ollama), that names and describes the tools an examples import "
+        "infers. Empty: off (names and descriptions come from the examples alone). It is sent "
+        "each tool's method, path template, parameter names and types and body schema, never a "
+        "value from the examples. Reached through the egress guard, which opens this origin "
+        "(loopback and LAN included) for it only; any failure keeps the names from the examples.",
+    )
+    infer_chat_model: str | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_MODEL",
+        None,
+        str,
+        "Model name sent to the chat endpoint; required when `infer_chat_url` is set.",
+    )
+    infer_chat_api_key: Secret | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_API_KEY",
+        None,
+        values.secret,
+        "Bearer key for the chat endpoint; never logged, returned or sent anywhere else.",
+    )
+    infer_chat_timeout_s: float = _setting(
+        "TOOLSPOKE_INFER_CHAT_TIMEOUT_S",
+        60.0,
+        values.positive(float),
+        "Deadline in seconds for one request to the chat endpoint (at most 20 tools each); past "
+        "it the import keeps the names from the examples for the tools not yet named.",
+    )
     search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",
         8,
