@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from appliance.gateway.admin import ledger
+from appliance.gateway.admin import agent_pages, keys, ledger, people
 from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
@@ -391,3 +391,86 @@ def test_hostile_tool_text_stays_text_on_the_grant_and_search_pages(app: InProce
         _assert_inert(text)
     assert "&lt;script&gt;window.__pwned" in grant and "&lt;script&gt;window.__pwned" in searched.text
     ann.post(made.headers["location"].split("?")[0] + "/remove", data={"csrf": csrf})
+
+
+# -- paging, and the "Add tool" list bounded -----------------------------------------------------
+
+ROW_LINK = {
+    "agents": re.compile(r'<td><a href="/console/agents/(\d+)">'),
+    "users": re.compile(r'<td><a href="/console/users/(\d+)">'),
+}
+
+
+def _listed(client: httpx.Client, what: str, page: int | None = None) -> tuple[list[int], str]:
+    answer = client.get(f"/console/{what}", params={} if page is None else {"page": str(page)})
+    assert answer.status_code == 200, answer.text[:300]
+    return [int(i) for i in ROW_LINK[what].findall(answer.text)], answer.text
+
+
+def test_the_agents_and_users_lists_go_by_pages_of_fifty(app: InProcess) -> None:
+    admin_principal = app.run(worlds.principal(app.rt, app.key))
+    pager = app.run(people.create_user(app.rt, admin_principal, "pager"))
+    for i in range(55):  # the pager's agents: two pages of them, whoever looks
+        app.run(people.create_agent(app.rt, admin_principal, f"p{i:02d}", user=pager["id"]))
+    for i in range(50):  # and enough users for a second page of users
+        app.run(people.create_user(app.rt, admin_principal, f"extra{i:02d}"))
+    admin, _ = signed_in(app, app.key)
+    for what in ("agents", "users"):
+        first, page = _listed(admin, what)
+        total = int(re.search(rf"<p class=\"summary\">(\d+) {what}, page 1 of 2\.</p>", page).group(1))  # type: ignore[union-attr]
+        assert len(first) == 50 and first == sorted(first)
+        assert f'href="/console/{what}?page=2" rel="next"' in page and 'rel="prev"' not in page
+        second, page = _listed(admin, what, 2)
+        assert len(second) == total - 50 and not set(first) & set(second)
+        assert f'href="/console/{what}?page=1" rel="prev"' in page and 'rel="next"' not in page
+        assert second[-1] == max(second) and min(second) > max(first)  # id order, nothing skipped
+        for bad in ("0", "x", "1000001"):
+            refused = admin.get(f"/console/{what}", params={"page": bad})
+            assert refused.status_code == 422 and "&#39;page&#39;" in refused.text, refused.text[:300]
+    # every agent of the pager once, across the admin's pages
+    everyone = _listed(admin, "agents")[0] + _listed(admin, "agents", 2)[0]
+    assert len(set(everyone)) == len(everyone)
+    # a user pages through their own agents only
+    keyed = app.run(keys.issue(app.rt, admin_principal, user=pager["id"]))[0]
+    own, _ = signed_in(app, keyed)
+    mine, page = _listed(own, "agents")
+    assert len(mine) == 50 and "55 agents, page 1 of 2." in page
+    assert len(_listed(own, "agents", 2)[0]) == 5
+    ann, _ = signed_in(app, built(app).user_keys[0])
+    ann_agents, page = _listed(ann, "agents")
+    assert built(app).agent_ids[0] in ann_agents and 'class="pages"' not in page
+    assert not set(ann_agents) & set(everyone[-55:])
+
+
+def test_add_tool_offers_a_bounded_list_narrowed_by_a_search(
+    app: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_pages, "GRANTABLE_MAX", 2)  # the bound, small enough to see
+    ann, csrf = signed_in(app, built(app).user_keys[0])
+    made = ann.post("/console/agents", data={"csrf": csrf, "name": "picker"})
+    path = made.headers["location"].split("?")[0]
+    page = ann.get(path).text
+    offered = re.findall(
+        r'<option value="([^"]+)">', page.split('id="grant-toolkit"')[1].split("</select>")[0]
+    )
+    # ann reaches her alpha, bob's published bravo and evil, and the platform default; not bob's charlie
+    assert offered == ["default/alpha", "default/bravo"]
+    assert "Showing the first 2 of 4 toolkits: find one by its title or slug above." in page
+    assert 'id="kit-search"' in page and 'hx-get="' + path + '"' in page
+    narrowed = ann.get(path, params={"kit": "EV"}).text  # any case, slug or title
+    assert re.findall(r'<option value="([^"]+)">', narrowed) == ["default/evil"]
+    assert "1 toolkit matching to grant." in narrowed and 'value="EV"' in narrowed
+    fragment = ann.get(path, params={"kit": "dfl"}, headers={"HX-Request": "true"})
+    assert fragment.text.startswith('<div id="grantable">') and "<html" not in fragment.text
+    assert re.findall(r'<option value="([^"]+)">', fragment.text) == ["default/dflt"]
+    assert fragment.headers["vary"] == "HX-Request"
+    assert "No toolkit to grant matches that search." in ann.get(path, params={"kit": "charlie"}).text
+    too_long = ann.get(path, params={"kit": "x" * 201})
+    assert too_long.status_code == 422 and "&#39;kit&#39;" in too_long.text
+    # the list only shows: a grant of a toolkit past the bound is made all the same, and it
+    # leaves the list; one its user does not reach is refused as absent
+    granted = ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/evil"})
+    assert granted.status_code == 303
+    after = ann.get(path).text
+    assert "Showing the first 2 of 3 toolkits" in after
+    assert ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/charlie"}).status_code == 404
