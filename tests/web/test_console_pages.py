@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from appliance.gateway.admin import agent_pages, keys, ledger, people
+from appliance.gateway.backfill import backfill
 from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
@@ -228,6 +229,44 @@ def test_the_playground_answers_what_the_agents_own_search_would(app: InProcess)
     assert admin.get("/console/search", params={"q": "x", "limit": "0"}).status_code == 422
     assert admin.get("/console/search", params={"q": "x", "agent": "nope"}).status_code == 422
     assert admin.get("/console/search", params={"q": "x" * 5000}).status_code == 422
+
+
+@pytest.fixture(scope="module")
+def semantic_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
+    """The same world with the bundled local model on and every tool embedded (the backfill
+    run to its end), so the playground's search is hybrid."""
+    folder = tmp_path_factory.mktemp("console-semantic")
+    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_EMBEDDINGS": "local"}
+    with served_in_process(folder / "data", env=env) as served:
+        served.ctx = served.run(worlds.build(served.rt, WORLD))  # type: ignore[attr-defined]
+        report = served.run(backfill(served.rt), timeout=120)
+        assert report.embedded >= 8, report  # every active tool of the world
+        yield served
+
+
+def test_the_playground_shows_the_semantic_side_and_the_fused_explanation(semantic_app: InProcess) -> None:
+    admin, _ = signed_in(semantic_app, semantic_app.key)
+    page = admin.get("/console/search", params={"q": "invoice operation"})
+    assert page.status_code == 200, page.text[:300]
+    assert "Ranking: <strong>hybrid</strong>" in page.text
+    assert "standardised within its own list" in page.text  # what a fused score is, said once
+    table = page.text.split('id="results"', 1)[1].split("</tbody>", 1)[0]
+    rows = [r for r in table.split("<tbody>", 1)[1].split("</tr>") if "<td>" in r]
+    assert rows
+    for row in rows:
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        score, lexical_rank, bm25, semantic_rank, cosine, why = cells[3], *cells[4:9]
+        assert re.fullmatch(r"-?\d+\.\d{3}", score), cells
+        assert re.fullmatch(r"\d+", semantic_rank) and re.fullmatch(r"-?\d\.\d{3}", cosine), cells
+        if lexical_rank != "\u2013":  # found by its words too (an en dash: not): what each side gave
+            assert re.fullmatch(r"-?\d+\.\d{2}", bm25), cells
+            assert (
+                f"lexical #{lexical_rank} (BM25 {bm25}) and semantic #{semantic_rank} (cosine {cosine})"
+                in why
+            )
+            assert re.search(r"fused: words [+-]\d\.\d\d, meaning [+-]\d\.\d\d", why), why
+    assert any(re.search(r"<td>\d+</td>\s*<td>-?\d+\.\d{2}</td>\s*<td>\d+</td>", r) for r in rows)
+    assert any("so it placed by meaning alone: words" in r for r in rows)  # found by meaning only
 
 
 # -- users, credit, overview, settings -----------------------------------------------------------
