@@ -335,6 +335,16 @@ def test_calls_of_hostile_tools_show_in_the_history_and_the_overview_and_never_r
     watched.assert_nothing_ran()
 
 
+def unlabelled(page: Any) -> list[str]:
+    """Every control of the page with no label, no aria-label and no text of its own."""
+    found: list[str] = page.evaluate(
+        """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+            .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                         && !e.textContent.trim()).map(e => e.outerHTML)"""
+    )
+    return found
+
+
 def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched: Watched) -> None:
     page = watched.page
     page.goto(app.base_url + "/console/sign-in")
@@ -354,12 +364,7 @@ def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched:
         "/console/import?mode=json",
     ):
         page.goto(app.base_url + path)
-        unlabelled = page.evaluate(
-            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
-                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
-                             && !e.textContent.trim()).map(e => e.outerHTML)"""
-        )
-        assert unlabelled == [], unlabelled
+        assert unlabelled(page) == [], (path, unlabelled(page))
     # the search box and the filters are reached by keyboard, in order
     page.goto(app.base_url + "/console/toolkits")
     page.get_by_label("Search").focus()
@@ -370,6 +375,40 @@ def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched:
             page.evaluate("() => document.activeElement.id || document.activeElement.textContent.trim()")
         )
     assert order == ["type", "health", "project", "Filter"]
+    watched.assert_nothing_ran()
+
+
+def test_every_control_of_an_agent_its_grant_and_a_users_page_is_labelled(
+    app: Appliance, watched: Watched
+) -> None:
+    api = {"Authorization": f"Bearer {app.key}"}
+    made = httpx.post(app.base_url + "/api/v1/agents", json={"name": "labels-bot"}, headers=api, timeout=30)
+    assert made.status_code == 201, made.text
+    agent = made.json()
+    grant = httpx.post(
+        app.base_url + "/api/v1/grants",
+        json={"agent_id": agent["id"], "toolkit": "hostile"},
+        headers=api,
+        timeout=30,
+    )
+    assert grant.status_code == 201, grant.text
+    page = sign_in(watched, app)
+    paths = {
+        "agent": f"/console/agents/{agent['id']}",
+        "grant": f"/console/agents/{agent['id']}/grants/{grant.json()['id']}",
+        "own user page": f"/console/users/{agent['user_id']}",
+    }
+    for name, path in paths.items():
+        page.goto(app.base_url + path)
+        sync_api.expect(page.locator("h1")).to_be_visible()
+        assert page.locator("main input:not([type=hidden]), main select, main button").count() > 0, name
+        assert unlabelled(page) == [], (name, unlabelled(page))
+    # the grant's tool boxes are named by their tools, the agent's fields by what they take
+    page.goto(app.base_url + paths["grant"])
+    sync_api.expect(page.get_by_label("hostile__listItems")).not_to_be_checked()
+    page.goto(app.base_url + paths["agent"])
+    sync_api.expect(page.get_by_label("Find a toolkit to grant")).to_be_visible()
+    sync_api.expect(page.get_by_label("Tool names, one a line")).to_be_visible()
     watched.assert_nothing_ran()
 
 
