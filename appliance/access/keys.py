@@ -157,6 +157,16 @@ async def list_keys(
     return [_listing(r) for r in rows]
 
 
+async def live_key_counts(conn: ReadConn, agent_ids: list[int]) -> dict[int, int]:
+    """Agent id → how many of its keys are not revoked, for these agents only."""
+    rows = await conn.all(
+        "SELECT agent_id, count(*) AS n FROM api_keys"
+        " WHERE agent_id IN (SELECT value FROM json_each(?)) AND revoked_at IS NULL GROUP BY agent_id",
+        (dumps(agent_ids),),
+    )
+    return {int(r["agent_id"]): int(r["n"]) for r in rows}
+
+
 async def revoke(tx: WriteTx, prefix: str) -> dict[str, Any]:
     """Revoke a key; revoking twice keeps the first time."""
     found = await key_info(tx, prefix)

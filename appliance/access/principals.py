@@ -84,6 +84,31 @@ async def list_users(conn: ReadConn) -> list[dict[str, Any]]:
     return [_user(r) for r in await conn.all("SELECT * FROM users ORDER BY id")]
 
 
+async def users_page(conn: ReadConn, *, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many users there are, and ``limit`` of them from ``offset`` in id order."""
+    total = await conn.one("SELECT count(*) AS n FROM users")
+    rows = await conn.all("SELECT * FROM users ORDER BY id LIMIT ? OFFSET ?", (limit, offset))
+    return int(total["n"] if total else 0), [_user(r) for r in rows]
+
+
+async def user_names(conn: ReadConn, user_ids: list[int]) -> dict[int, str]:
+    """User id → name, for these users only."""
+    rows = await conn.all(
+        "SELECT id, name FROM users WHERE id IN (SELECT value FROM json_each(?))", (dumps(user_ids),)
+    )
+    return {int(r["id"]): str(r["name"]) for r in rows}
+
+
+async def agent_counts(conn: ReadConn, user_ids: list[int]) -> dict[int, int]:
+    """User id → how many agents act for them, for these users only."""
+    rows = await conn.all(
+        "SELECT user_id, count(*) AS n FROM agents WHERE user_id IN (SELECT value FROM json_each(?))"
+        " GROUP BY user_id",
+        (dumps(user_ids),),
+    )
+    return {int(r["user_id"]): int(r["n"]) for r in rows}
+
+
 async def get_user(conn: ReadConn, user_id: int) -> dict[str, Any]:
     row = await conn.one("SELECT * FROM users WHERE id = ?", (user_id,)) if in_range(user_id) else None
     if row is None:
@@ -141,6 +166,24 @@ async def list_agents(conn: ReadConn, actor: Principal) -> list[dict[str, Any]]:
     else:
         rows = await conn.all("SELECT * FROM agents WHERE user_id = ? ORDER BY id", (actor.user_id,))
     return [_agent(r) for r in rows]
+
+
+async def agents_page(
+    conn: ReadConn, actor: Principal, *, offset: int, limit: int, user_id: int | None = None
+) -> tuple[int, list[dict[str, Any]]]:
+    """How many agents ``actor`` manages (those of ``user_id`` only, when named), and ``limit``
+    of them from ``offset`` in id order."""
+    require_person(actor)
+    if not (actor.is_admin or actor.operator):
+        if user_id not in (None, actor.user_id):
+            return 0, []
+        user_id = actor.user_id
+    where, params = ("", ()) if user_id is None else (" WHERE user_id = ?", (user_id,))
+    total = await conn.one("SELECT count(*) AS n FROM agents" + where, params)
+    rows = await conn.all(
+        "SELECT * FROM agents" + where + " ORDER BY id LIMIT ? OFFSET ?", (*params, limit, offset)
+    )
+    return int(total["n"] if total else 0), [_agent(r) for r in rows]
 
 
 async def get_agent(conn: ReadConn, actor: Principal, agent_id: int) -> dict[str, Any]:
