@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.access import policy
 from appliance.db import ReadConn, WriteTx, dumps, loads
 from appliance.errors import Conflict, Forbidden, InvalidParams, NotFound
 from appliance.models import Principal
@@ -155,6 +156,7 @@ def _agent(row: Any) -> dict[str, Any]:
         "user_id": row["user_id"],
         "name": row["name"],
         "preload": loads(row["preload"]),
+        "read_only": bool(row["read_only"]),
         "created_at": row["created_at"],
     }
 
@@ -221,7 +223,13 @@ async def create_agent(
 
 
 async def update_agent(
-    tx: WriteTx, actor: Principal, agent_id: int, *, name: Any = None, preload: Any = None
+    tx: WriteTx,
+    actor: Principal,
+    agent_id: int,
+    *,
+    name: Any = None,
+    preload: Any = None,
+    read_only: Any = None,
 ) -> dict[str, Any]:
     agent = await get_agent(tx, actor, agent_id)
     if name is not None:
@@ -238,6 +246,11 @@ async def update_agent(
             "UPDATE agents SET preload = ? WHERE id = ?",
             (dumps(check_tool_names(preload, "preload")), agent_id),
         )
+    if read_only is not None:  # every key of the agent runs read tools only (issue 20)
+        policy.require_unguarded(actor)
+        flag = policy.check_flag(read_only)
+        await tx.run("UPDATE agents SET read_only = ? WHERE id = ?", (int(flag), agent_id))
+        await policy.bump(tx)
     return await get_agent(tx, actor, agent_id)
 
 
@@ -262,4 +275,5 @@ async def agent_principal(conn: ReadConn, actor: Principal, agent_id: int) -> Pr
         agent_id=agent_id,
         agent_name=agent["name"],
         preload=tuple(agent["preload"] or ()),
+        read_only=agent["read_only"],
     )

@@ -101,6 +101,15 @@ class Settings:
         "Networks (CIDR, comma-separated) that tool calls may reach although they are not public, e.g. "
         "127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
     )
+    read_only: bool = _setting(
+        "TOOLSPOKE_READ_ONLY",
+        False,
+        values.boolean,
+        "The read-only guard for the whole appliance: only read tools run, on every path (runners, calls "
+        "by name, `/mcp/<slug>`, `toolspoke call`, the operator's too), and search, list and describe show "
+        "no write or destructive tool. A key or an agent can be made read-only on its own "
+        "(docs/security.md).",
+    )
     # -- sizes and deadlines; slow clients and connection caps (web/connections.py) ------------
     upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",
