@@ -55,12 +55,13 @@ lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check appliance tests build
 	$(BIN)/mypy
 
-# Three workers (pytest-xdist) on a 2-core machine, each taking whole files so that a module's
+# Four workers (pytest-xdist) on a 2-core machine, each taking whole files so that a module's
 # shared appliance stays in one process: most tests wait on real servers and processes, not on
-# the CPU (the whole suite: 535 s of pytest on two workers, 415 s on three, same machine).
-TEST_WORKERS ?= 3
+# the CPU (the whole suite, same machine and load: 473 s of pytest on three workers, 383 s on
+# four; 535 s on two). --durations prints the slowest tests, so a slow CI run says where.
+TEST_WORKERS ?= 4
 unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 ## check: the fast edit loop: lint, type-check and the in-process and unit tests (no e2e)
 check: lint

@@ -22,7 +22,8 @@
     ├── IdempotencyConflict             409  -32004  idempotency_key_reused / idempotency_in_progress
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
-    │   └── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
+    │   ├── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
+    │   └── CallRefused                 403  -32006  read_only / policy_denied (call policy)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -164,6 +165,19 @@ class MisdirectedRequest(Forbidden):
     http_status = 421
     rpc_code = -32005
     reason = "misdirected_host"
+
+
+class CallRefused(Forbidden):
+    """The call policy refuses a tool the caller may see (issue 20): a read-only key, agent or
+    appliance and a tool that is not a read tool (``read_only``), or a ``deny`` rule
+    (``policy_denied``). Nothing was sent or charged. Its own code: retrying cannot help
+    until the policy changes, so it must not read as the rate limiter's -32001."""
+
+    rpc_code = -32006
+
+    def __init__(self, message: str, *, reason: str, **kw: Any):
+        super().__init__(message, **kw)
+        self.reason = reason
 
 
 class RateLimited(ApplianceError):

@@ -152,6 +152,7 @@ class Principal:
     preload: tuple[str, ...] = ()  # tool names its sessions get in tools/list (within its scope)
     operator: bool = False
     anonymous: bool = False
+    read_only: bool = False  # the key or its agent is read-only: read tools only (issue 20)
 
 
 @dataclass(frozen=True)
@@ -161,10 +162,16 @@ class Scope:
     ``toolkits`` None means everything. Otherwise a toolkit is visible when its id is in
     ``toolkits``; a tool when its toolkit is visible, it is active, and, when its toolkit is
     in ``restricted``, its id is in that toolkit's set. Computed by ``access/visibility.py``.
+
+    A scope narrowed to what could run (``gateway/policy.runnable_in``: search, list,
+    describe) also keeps only tools of ``kinds`` (None: every kind) and none in ``denied``
+    (the tools a call policy refuses). ``sees_tool`` is access alone, as resolve is.
     """
 
     toolkits: frozenset[int] | None
     restricted: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    kinds: frozenset[str] | None = None
+    denied: frozenset[int] = frozenset()
 
     @property
     def unrestricted(self) -> bool:

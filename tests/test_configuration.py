@@ -133,6 +133,7 @@ CREDENTIALS = {
     "OPENROUTER_API_KEY": "sk-or-openrouter-credential-0123",
     "TOOLSPOKE_MASTER_KEY": "ab" * 32,
     "TOOLSPOKE_METRICS_KEY": "metrics-credential-0123456789",
+    "TOOLSPOKE_INFER_CHAT_API_KEY": "chat-credential-0123456789",
 }
 
 
@@ -149,6 +150,8 @@ def test_a_repr_or_str_of_the_settings_shows_no_credential(tmp_path: Path) -> No
     assert s.embeddings_api_key.reveal() == CREDENTIALS["TOOLSPOKE_EMBEDDINGS_API_KEY"]
     assert s.openrouter_api_key is not None
     assert s.openrouter_api_key.reveal() == CREDENTIALS["OPENROUTER_API_KEY"]
+    assert s.infer_chat_api_key is not None
+    assert s.infer_chat_api_key.reveal() == CREDENTIALS["TOOLSPOKE_INFER_CHAT_API_KEY"]
 
 
 def test_every_credential_bearing_setting_is_a_secret(tmp_path: Path) -> None:
@@ -161,6 +164,7 @@ def test_every_credential_bearing_setting_is_a_secret(tmp_path: Path) -> None:
         "embeddings_api_key",
         "openrouter_api_key",
         "metrics_key",
+        "infer_chat_api_key",
     }
     typed = {f.name: f.type for f in dataclasses.fields(config.Settings)}
     assert {name: typed[name] for name in credentials} == dict.fromkeys(credentials, "Secret | None")

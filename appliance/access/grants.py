@@ -18,9 +18,10 @@ from appliance.access.principals import (
     manages,
     require_person,
 )
-from appliance.db import ReadConn, WriteTx
+from appliance.db import ReadConn, SyncReader, WriteTx, dumps
+from appliance.db.scope_sql import toolkit_clause
 from appliance.errors import Conflict, Forbidden, InvalidParams, NotFound
-from appliance.models import Principal
+from appliance.models import Principal, Scope
 
 VISIBILITIES = ("private", "published")
 
@@ -254,16 +255,54 @@ async def delete_grant(tx: WriteTx, actor: Principal, grant_id: int) -> None:
     await tx.run("DELETE FROM grants WHERE id = ?", (grant_id,))
 
 
-async def grant_counts(conn: ReadConn, actor: Principal) -> dict[int, int]:
-    """Agent id → how many grants it holds, for the agents ``actor`` manages (one statement,
-    where ``list_grants`` reads each grant's tools too)."""
-    require_person(actor)
-    if actor.is_admin or actor.operator:
-        rows = await conn.all("SELECT agent_id, count(*) AS n FROM grants GROUP BY agent_id")
-    else:
-        rows = await conn.all(
-            "SELECT g.agent_id, count(*) AS n FROM grants g JOIN agents a ON a.id = g.agent_id"
-            " WHERE a.user_id = ? GROUP BY g.agent_id",
-            (actor.user_id,),
-        )
+async def grant_counts_of(conn: ReadConn, agent_ids: list[int]) -> dict[int, int]:
+    """Agent id → how many grants it holds, for these agents only (whoever manages them: the
+    caller chose them among its own)."""
+    rows = await conn.all(
+        "SELECT agent_id, count(*) AS n FROM grants WHERE agent_id IN (SELECT value FROM json_each(?))"
+        " GROUP BY agent_id",
+        (dumps(agent_ids),),
+    )
     return {int(r["agent_id"]): int(r["n"]) for r in rows}
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def grantable_in(
+    r: SyncReader, scope: Scope, agent_id: int, *, text: str = "", limit: int
+) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """What a grant could still give the agent: of the toolkits ``scope`` (its user's) reaches
+    and the agent holds no grant on, how many match ``text`` (slug or title, any case), the
+    first ``limit`` of them in (project, slug) order, and the platform defaults among them it
+    gets without a grant (at most ``limit``). Three statements, each bounded by ``limit``
+    rows whatever the catalogue's size."""
+    seen, seen_params = toolkit_clause(scope, "k")
+    clauses = ["k.id NOT IN (SELECT toolkit_id FROM grants WHERE agent_id = ?)"]
+    params: list[Any] = [agent_id]
+    if seen:
+        clauses.append(seen)
+        params += seen_params
+    where = " WHERE " + " AND ".join(clauses)
+    matching = where
+    matching_params = list(params)
+    if text:
+        matching += " AND (k.slug LIKE ? ESCAPE '\\' OR k.title LIKE ? ESCAPE '\\')"
+        matching_params += [_like(text), _like(text)]
+    base = " FROM toolkits k JOIN projects p ON p.id = k.project_id"
+    total = r.one("SELECT count(*) AS n" + base + matching, matching_params)
+    pick = "SELECT k.slug, p.slug AS project, k.title, k.is_default" + base
+    rows = r.all(pick + matching + " ORDER BY p.slug, k.slug LIMIT ?", [*matching_params, limit])
+    defaults = r.all(pick + where + " AND k.is_default = 1 ORDER BY p.slug, k.slug LIMIT ?", [*params, limit])
+
+    def listed(row: Any) -> dict[str, Any]:
+        slug = str(row["slug"])
+        return {
+            "slug": slug,
+            "project": str(row["project"]),
+            "title": row["title"] or slug,
+            "default": bool(row["is_default"]),
+        }
+
+    return int(total["n"] if total else 0), [listed(x) for x in rows], [listed(x) for x in defaults]

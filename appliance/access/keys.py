@@ -16,6 +16,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from appliance.access import policy
 from appliance.db import Database, ReadConn, Reader, WriteTx, dumps, loads
 from appliance.errors import Conflict, InvalidParams, NotFound, Unauthorized
 from appliance.models import Principal
@@ -75,13 +76,14 @@ async def add_key(
     agent_id: int | None = None,
     expires_at: str | None = None,
     preload: list[str] | None = None,
+    read_only: bool = False,
 ) -> str:
     prefix = key[:PREFIX_LEN]
     if await tx.one("SELECT 1 FROM api_keys WHERE prefix = ?", (prefix,)):
         raise Conflict("a key with this prefix already exists", field="key")
     await tx.run(
-        "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash, expires_at, preload)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash, expires_at, preload, read_only)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (
             user_id,
             agent_id,
@@ -90,8 +92,11 @@ async def add_key(
             _hash(key),
             expires_at,
             None if preload is None else dumps(preload),
+            int(read_only),
         ),
     )
+    if read_only:
+        await policy.bump(tx)
     return prefix
 
 
@@ -103,11 +108,19 @@ async def create_key(
     agent_id: int | None = None,
     expires_at: str | None = None,
     preload: list[str] | None = None,
+    read_only: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """A new key (the only time its secret exists outside the caller) and its listing."""
     key = new_key()
     prefix = await add_key(
-        tx, user_id, key, name=name, agent_id=agent_id, expires_at=expires_at, preload=preload
+        tx,
+        user_id,
+        key,
+        name=name,
+        agent_id=agent_id,
+        expires_at=expires_at,
+        preload=preload,
+        read_only=read_only,
     )
     listed = await key_info(tx, prefix)
     assert listed is not None
@@ -116,7 +129,7 @@ async def create_key(
 
 _LISTING = (
     "SELECT k.prefix, k.name, k.user_id, u.name AS user_name, k.agent_id, a.name AS agent_name,"
-    " k.created_at, k.expires_at, k.revoked_at, k.preload"
+    " k.created_at, k.expires_at, k.revoked_at, k.preload, k.read_only, a.read_only AS agent_read_only"
     " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
 )
 
@@ -133,6 +146,9 @@ def _listing(row: Any) -> dict[str, Any]:
         "expires_at": row["expires_at"],
         "revoked_at": row["revoked_at"],
         "preload": loads(row["preload"]),
+        # The key's own flag, and what it runs under: its agent's flag can only narrow it.
+        "read_only": bool(row["read_only"]),
+        "effective_read_only": bool(row["read_only"] or row["agent_read_only"]),
     }
 
 
@@ -157,6 +173,16 @@ async def list_keys(
     return [_listing(r) for r in rows]
 
 
+async def live_key_counts(conn: ReadConn, agent_ids: list[int]) -> dict[int, int]:
+    """Agent id → how many of its keys are not revoked, for these agents only."""
+    rows = await conn.all(
+        "SELECT agent_id, count(*) AS n FROM api_keys"
+        " WHERE agent_id IN (SELECT value FROM json_each(?)) AND revoked_at IS NULL GROUP BY agent_id",
+        (dumps(agent_ids),),
+    )
+    return {int(r["agent_id"]): int(r["n"]) for r in rows}
+
+
 async def revoke(tx: WriteTx, prefix: str) -> dict[str, Any]:
     """Revoke a key; revoking twice keeps the first time."""
     found = await key_info(tx, prefix)
@@ -165,6 +191,17 @@ async def revoke(tx: WriteTx, prefix: str) -> dict[str, Any]:
     await tx.run(
         f"UPDATE api_keys SET revoked_at = {_NOW} WHERE prefix = ? AND revoked_at IS NULL", (prefix,)
     )
+    out = await key_info(tx, prefix)
+    assert out is not None
+    return out
+
+
+async def set_read_only(tx: WriteTx, prefix: str, read_only: bool) -> dict[str, Any]:
+    """Mark a key read-only (or not); a change of policy, so the version moves."""
+    if await key_info(tx, prefix) is None:
+        raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
+    await tx.run("UPDATE api_keys SET read_only = ? WHERE prefix = ?", (int(read_only), prefix))
+    await policy.bump(tx)
     out = await key_info(tx, prefix)
     assert out is not None
     return out
@@ -218,7 +255,7 @@ PRINCIPAL_COLUMNS = (
     "k.id AS key_id, k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
     f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
     " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
-    " a.preload AS agent_preload"
+    " a.preload AS agent_preload, k.read_only OR coalesce(a.read_only, 0) AS read_only"
 )
 PRINCIPAL_FROM = " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
 
@@ -234,6 +271,7 @@ def principal_of(row: Any) -> Principal:
         agent_id=None if row["agent_id"] is None else int(row["agent_id"]),
         agent_name=row["agent_name"],
         preload=tuple(preload or ()),
+        read_only=bool(row["read_only"]),
     )
 
 

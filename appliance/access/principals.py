@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.access import policy
 from appliance.db import ReadConn, WriteTx, dumps, loads
 from appliance.errors import Conflict, Forbidden, InvalidParams, NotFound
 from appliance.models import Principal
@@ -84,6 +85,31 @@ async def list_users(conn: ReadConn) -> list[dict[str, Any]]:
     return [_user(r) for r in await conn.all("SELECT * FROM users ORDER BY id")]
 
 
+async def users_page(conn: ReadConn, *, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many users there are, and ``limit`` of them from ``offset`` in id order."""
+    total = await conn.one("SELECT count(*) AS n FROM users")
+    rows = await conn.all("SELECT * FROM users ORDER BY id LIMIT ? OFFSET ?", (limit, offset))
+    return int(total["n"] if total else 0), [_user(r) for r in rows]
+
+
+async def user_names(conn: ReadConn, user_ids: list[int]) -> dict[int, str]:
+    """User id → name, for these users only."""
+    rows = await conn.all(
+        "SELECT id, name FROM users WHERE id IN (SELECT value FROM json_each(?))", (dumps(user_ids),)
+    )
+    return {int(r["id"]): str(r["name"]) for r in rows}
+
+
+async def agent_counts(conn: ReadConn, user_ids: list[int]) -> dict[int, int]:
+    """User id → how many agents act for them, for these users only."""
+    rows = await conn.all(
+        "SELECT user_id, count(*) AS n FROM agents WHERE user_id IN (SELECT value FROM json_each(?))"
+        " GROUP BY user_id",
+        (dumps(user_ids),),
+    )
+    return {int(r["user_id"]): int(r["n"]) for r in rows}
+
+
 async def get_user(conn: ReadConn, user_id: int) -> dict[str, Any]:
     row = await conn.one("SELECT * FROM users WHERE id = ?", (user_id,)) if in_range(user_id) else None
     if row is None:
@@ -130,6 +156,7 @@ def _agent(row: Any) -> dict[str, Any]:
         "user_id": row["user_id"],
         "name": row["name"],
         "preload": loads(row["preload"]),
+        "read_only": bool(row["read_only"]),
         "created_at": row["created_at"],
     }
 
@@ -141,6 +168,24 @@ async def list_agents(conn: ReadConn, actor: Principal) -> list[dict[str, Any]]:
     else:
         rows = await conn.all("SELECT * FROM agents WHERE user_id = ? ORDER BY id", (actor.user_id,))
     return [_agent(r) for r in rows]
+
+
+async def agents_page(
+    conn: ReadConn, actor: Principal, *, offset: int, limit: int, user_id: int | None = None
+) -> tuple[int, list[dict[str, Any]]]:
+    """How many agents ``actor`` manages (those of ``user_id`` only, when named), and ``limit``
+    of them from ``offset`` in id order."""
+    require_person(actor)
+    if not (actor.is_admin or actor.operator):
+        if user_id not in (None, actor.user_id):
+            return 0, []
+        user_id = actor.user_id
+    where, params = ("", ()) if user_id is None else (" WHERE user_id = ?", (user_id,))
+    total = await conn.one("SELECT count(*) AS n FROM agents" + where, params)
+    rows = await conn.all(
+        "SELECT * FROM agents" + where + " ORDER BY id LIMIT ? OFFSET ?", (*params, limit, offset)
+    )
+    return int(total["n"] if total else 0), [_agent(r) for r in rows]
 
 
 async def get_agent(conn: ReadConn, actor: Principal, agent_id: int) -> dict[str, Any]:
@@ -178,7 +223,13 @@ async def create_agent(
 
 
 async def update_agent(
-    tx: WriteTx, actor: Principal, agent_id: int, *, name: Any = None, preload: Any = None
+    tx: WriteTx,
+    actor: Principal,
+    agent_id: int,
+    *,
+    name: Any = None,
+    preload: Any = None,
+    read_only: Any = None,
 ) -> dict[str, Any]:
     agent = await get_agent(tx, actor, agent_id)
     if name is not None:
@@ -195,6 +246,11 @@ async def update_agent(
             "UPDATE agents SET preload = ? WHERE id = ?",
             (dumps(check_tool_names(preload, "preload")), agent_id),
         )
+    if read_only is not None:  # every key of the agent runs read tools only (issue 20)
+        policy.require_unguarded(actor)
+        flag = policy.check_flag(read_only)
+        await tx.run("UPDATE agents SET read_only = ? WHERE id = ?", (int(flag), agent_id))
+        await policy.bump(tx)
     return await get_agent(tx, actor, agent_id)
 
 
@@ -219,4 +275,5 @@ async def agent_principal(conn: ReadConn, actor: Principal, agent_id: int) -> Pr
         agent_id=agent_id,
         agent_name=agent["name"],
         preload=tuple(agent["preload"] or ()),
+        read_only=agent["read_only"],
     )

@@ -1,4 +1,5 @@
-"""Commands on who may see and call what: users, agents, keys, grants, projects, toolkit access.
+"""Commands on who may see and call what: users, agents, keys, grants, projects, toolkit access,
+and call policy (read-only agents and keys, a toolkit's allow and deny rules).
 
 They act as the operator (whoever owns the data directory) through ``gateway/admin``, the
 operations the admin API offers over HTTP: the same rules and the same errors. (``--key`` on
@@ -17,6 +18,7 @@ from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, operate
 from appliance.gateway.admin import grants as grant_ops
 from appliance.gateway.admin import keys as key_ops
 from appliance.gateway.admin import people
+from appliance.gateway.admin import policy as policy_ops
 from appliance.gateway.admin import projects as project_ops
 from appliance.models import OPERATOR
 
@@ -53,13 +55,16 @@ def _user_line(u: dict[str, Any]) -> str:
 
 
 def _agent_line(a: dict[str, Any]) -> str:
-    return f"{a['id']:>4}  user {a['user_id']:<4} {a['name']:<24} preload: {', '.join(a['preload']) or '-'}"
+    guard = "  read-only" if a["read_only"] else ""
+    preload = ", ".join(a["preload"]) or "-"
+    return f"{a['id']:>4}  user {a['user_id']:<4} {a['name']:<24} preload: {preload}{guard}"
 
 
 def _key_line(k: dict[str, Any]) -> str:
     state = "revoked" if k["revoked_at"] else ("expires " + k["expires_at"] if k["expires_at"] else "active")
     owner = k["user"] + (f"/{k['agent']}" if k["agent"] else "")
-    return f"{k['prefix']}  {owner:<28} {k['name'] or '-':<16} {state}"
+    guard = "  read-only" if k["effective_read_only"] else ""
+    return f"{k['prefix']}  {owner:<28} {k['name'] or '-':<16} {state}{guard}"
 
 
 def _grant_line(g: dict[str, Any]) -> str:
@@ -146,6 +151,16 @@ def agents_preload(obj: Obj, agent_id: int, tools: tuple[str, ...]) -> None:
     _show(obj, agent, _agent_line)
 
 
+@agents.command("read-only")
+@click.argument("agent_id", type=int)
+@click.option("--off", is_flag=True, help="Lift it instead.")
+@click.pass_obj
+def agents_read_only(obj: Obj, agent_id: int, off: bool) -> None:
+    """Make every key of an agent read-only: only read tools run, search shows no others."""
+    agent = _run(obj, lambda rt: people.update_agent(rt, OPERATOR, agent_id, read_only=not off))
+    _show(obj, agent, _agent_line)
+
+
 # -- keys ------------------------------------------------------------------------------------
 
 
@@ -163,6 +178,7 @@ def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_j
 @click.option("--name", default="", help="A name to recognise it by.")
 @click.option("--expires", default=None, help="RFC 3339 time, e.g. 2030-01-31T00:00:00Z.")
 @click.option("--preload", multiple=True, metavar="TOOL", help="A tool this key's sessions list directly.")
+@click.option("--read-only", is_flag=True, help="Only read tools run with this key.")
 @click.pass_obj
 def keys_create(
     obj: Obj,
@@ -171,6 +187,7 @@ def keys_create(
     name: str,
     expires: str | None,
     preload: tuple[str, ...],
+    read_only: bool,
 ) -> None:
     """Create a key; the secret is printed once, on stdout."""
     secret, listed = _run(
@@ -183,6 +200,7 @@ def keys_create(
             name=name,
             expires_at=expires,
             preload=list(preload) or None,
+            read_only=read_only,
         ),
     )
     if obj[2]:
@@ -198,6 +216,15 @@ def keys_create(
 def keys_revoke(obj: Obj, prefix: str) -> None:
     """Revoke a key by its prefix; it fails from its next request on."""
     _show(obj, _run(obj, lambda rt: key_ops.revoke(rt, OPERATOR, prefix)), _key_line)
+
+
+@keys.command("read-only")
+@click.argument("prefix")
+@click.option("--off", is_flag=True, help="Lift it instead (its agent's flag still counts).")
+@click.pass_obj
+def keys_read_only(obj: Obj, prefix: str, off: bool) -> None:
+    """Make a key read-only: only read tools run with it, search shows no others."""
+    _show(obj, _run(obj, lambda rt: key_ops.set_read_only(rt, OPERATOR, prefix, not off)), _key_line)
 
 
 # -- grants ----------------------------------------------------------------------------------
@@ -343,3 +370,63 @@ def toolkits_access(
         f"{', platform default' if access['default'] else ''}; "
         f"tools: {', '.join(access['allowed_tools']) or 'all'}"
     )
+
+
+# -- call policy -----------------------------------------------------------------------------
+
+
+@toolkits.command("policy")
+@click.argument("slug")
+@JSON_OUT
+@click.option("--project", default="default", show_default=True)
+@click.option("--tool", default=None, help="A rule for this tool (full name or action).")
+@click.option(
+    "--kind",
+    type=click.Choice(["read", "write", "destructive"]),
+    default=None,
+    help="A rule for the toolkit's tools of this kind.",
+)
+@click.option("--allow", "action", flag_value="allow", default=None, help="Set the rule to allow.")
+@click.option("--deny", "action", flag_value="deny", help="Set the rule to deny.")
+@click.option("--inherit", "action", flag_value="inherit", help="Remove the rule: a broader one decides.")
+@click.pass_context
+def toolkits_policy(
+    ctx: click.Context,
+    slug: str,
+    project: str,
+    tool: str | None,
+    kind: str | None,
+    action: str | None,
+    as_json: bool,
+) -> None:
+    """Show a toolkit's call policy, or set one rule (the toolkit's, a --kind's or a --tool's).
+    The most specific rule wins: tool over kind over toolkit; no rule is allow."""
+    data_dir, config_file = ctx.obj["data_dir"], ctx.obj["config_file"]
+    if action is None:
+        if tool is not None or kind is not None:
+            fail("give --allow, --deny or --inherit with --tool or --kind", 2)
+        shown = operate(
+            data_dir, config_file, lambda rt: policy_ops.toolkit_policy(rt, OPERATOR, slug, project)
+        )
+    else:
+        shown = operate(
+            data_dir,
+            config_file,
+            lambda rt: policy_ops.set_toolkit_policy(
+                rt,
+                OPERATOR,
+                slug,
+                project,
+                action=None if action == "inherit" else action,
+                tool=tool,
+                kind=kind,
+            ),
+        )
+    if as_json:
+        emit(shown)
+        return
+    rules = shown["rules"]
+    click.echo(f"{shown['project']}/{shown['toolkit']}: policy version {shown['version']}")
+    click.echo(f"  toolkit: {rules['toolkit'] or 'allow (no rule)'}")
+    for what, action_of in (*rules["kinds"].items(), *rules["tools"].items()):
+        click.echo(f"  {what}: {action_of}")

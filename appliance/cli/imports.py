@@ -41,6 +41,8 @@ def _print_report(report: Any, as_json: bool) -> None:
     for tool in data["tools"]:
         if "inferred_from" in tool:  # inferred tools: what each came from, always shown
             where = ", ".join(tool["inferred_from"][:8]) + (" …" if len(tool["inferred_from"]) > 8 else "")
+            by_model = [k for k in ("name", "description") if tool.get(f"{k}_from") == "model"]
+            where += f"; {' and '.join(by_model)} by the model" if by_model else ""
             click.echo(
                 f"  {tool['state']:<8} {tool['kind']:<12} {tool['name']}  {tool['title']}  (from {where})"
             )

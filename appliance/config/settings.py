@@ -101,6 +101,15 @@ class Settings:
         "Networks (CIDR, comma-separated) that tool calls may reach although they are not public, e.g. "
         "127.0.0.1/32 for a test upstream. Empty: only globally routable addresses.",
     )
+    read_only: bool = _setting(
+        "TOOLSPOKE_READ_ONLY",
+        False,
+        values.boolean,
+        "The read-only guard for the whole appliance: only read tools run, on every path (runners, calls "
+        "by name, `/mcp/<slug>`, `toolspoke call`, the operator's too), and search, list and describe show "
+        "no write or destructive tool. A key or an agent can be made read-only on its own "
+        "(docs/security.md).",
+    )
     # -- sizes and deadlines; slow clients and connection caps (web/connections.py) ------------
     upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",
@@ -188,6 +197,37 @@ class Settings:
         values.positive(int),
         "Longest chunk of a Lore document, in characters: `search_lore` finds and quotes chunks, "
         "cut at headings and then at paragraph breaks.",
+    )
+    # -- naming inferred tools with a chat model (gateway/naming_model.py; docs/api.md) --------
+    infer_chat_url: str | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_URL",
+        None,
+        str,
+        "Base URL of an OpenAI-compatible chat endpoint (`POST {url}/chat/completions`), e.g. "
+        "http://127.0.0.1:11434/v1 (Ollama), that names and describes the tools an examples import "
+        "infers. Empty: off (names and descriptions come from the examples alone). It is sent "
+        "each tool's method, path template, parameter names and types and body schema, never a "
+        "value from the examples. Reached through the egress guard, which opens this origin "
+        "(loopback and LAN included) for it only; any failure keeps the names from the examples.",
+    )
+    infer_chat_model: str | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_MODEL",
+        None,
+        str,
+        "Model name sent to the chat endpoint; required when `infer_chat_url` is set.",
+    )
+    infer_chat_api_key: Secret | None = _setting(
+        "TOOLSPOKE_INFER_CHAT_API_KEY",
+        None,
+        values.secret,
+        "Bearer key for the chat endpoint; never logged, returned or sent anywhere else.",
+    )
+    infer_chat_timeout_s: float = _setting(
+        "TOOLSPOKE_INFER_CHAT_TIMEOUT_S",
+        60.0,
+        values.positive(float),
+        "Deadline in seconds for one request to the chat endpoint (at most 20 tools each); past "
+        "it the import keeps the names from the examples for the tools not yet named.",
     )
     search_default_limit: int = _setting(
         "TOOLSPOKE_SEARCH_DEFAULT_LIMIT",

@@ -24,6 +24,12 @@ class Scoped(Protocol):
     @property
     def restricted(self) -> Mapping[int, frozenset[int]]: ...
 
+    @property
+    def kinds(self) -> frozenset[str] | None: ...
+
+    @property
+    def denied(self) -> frozenset[int]: ...
+
 
 def toolkit_clause(scope: Scoped | None, alias: str = "k") -> tuple[str, list[Any]]:
     """A WHERE clause (and its parameters) keeping the visible toolkits; ("", []) for all."""
@@ -36,18 +42,28 @@ def tool_clause(scope: Scoped | None, alias: str = "t") -> tuple[str, list[Any]]
     """A WHERE clause (and its parameters) keeping the visible tools; ("", []) for all.
 
     A tool is visible when its toolkit is, and, where its toolkit is restricted to some tools,
-    when it is one of them."""
-    if scope is None or scope.toolkits is None:
+    when it is one of them. A scope narrowed to what could run also keeps only its ``kinds``
+    and leaves out its ``denied`` tools (the call policy, ``gateway/policy.py``)."""
+    if scope is None:
         return "", []
-    sql = f"{alias}.toolkit_id IN (SELECT value FROM json_each(?))"
-    params: list[Any] = [_ids(scope.toolkits)]
-    if scope.restricted:
-        sql += (
-            f" AND ({alias}.toolkit_id NOT IN (SELECT value FROM json_each(?))"
-            f" OR {alias}.id IN (SELECT value FROM json_each(?)))"
-        )
-        params += [_ids(scope.restricted), _ids(i for ids in scope.restricted.values() for i in ids)]
-    return sql, params
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope.toolkits is not None:
+        clauses.append(f"{alias}.toolkit_id IN (SELECT value FROM json_each(?))")
+        params.append(_ids(scope.toolkits))
+        if scope.restricted:
+            clauses.append(
+                f"({alias}.toolkit_id NOT IN (SELECT value FROM json_each(?))"
+                f" OR {alias}.id IN (SELECT value FROM json_each(?)))"
+            )
+            params += [_ids(scope.restricted), _ids(i for ids in scope.restricted.values() for i in ids)]
+    if scope.kinds is not None:
+        clauses.append(f"{alias}.kind IN (SELECT value FROM json_each(?))")
+        params.append(orjson.dumps(sorted(scope.kinds)).decode())
+    if scope.denied:
+        clauses.append(f"{alias}.id NOT IN (SELECT value FROM json_each(?))")
+        params.append(_ids(scope.denied))
+    return " AND ".join(clauses), params
 
 
 def _ids(ids: Iterable[Any]) -> str:

@@ -13,8 +13,8 @@ from appliance.access import visibility
 from appliance.artifacts import reading
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
-from appliance.errors import ApplianceError, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import accounting, answers, artifacts, audit, telemetry
+from appliance.errors import ApplianceError, CallRefused, InvalidParams, NotFound, UpstreamError
+from appliance.gateway import accounting, answers, artifacts, audit, policy, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -179,7 +179,7 @@ async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
     """
 
     def gather(r: SyncReader) -> tuple[bool, list[Tool]]:
-        scope = visibility.scope_in(r, principal)
+        scope = policy.runnable_in(r, rt, principal)  # a preloaded tool that could not run is left out
         has_guide = toolkit_reads.any_guide_in(r, scope)
         preloaded = store.tools_named_in(r, principal.preload, scope=scope) if principal.preload else []
         return has_guide, preloaded
@@ -270,7 +270,7 @@ async def call_bridge(
             on_log=on_log,
             aside=True,
         )
-    except (InvalidParams, UpstreamError) as exc:
+    except (InvalidParams, UpstreamError, CallRefused) as exc:  # the model reads why, as a result
         return _error_result(exc)
 
 
@@ -286,9 +286,9 @@ def _note_search(rt: Runtime, principal: Principal, args: dict[str, Any], found:
 
 
 def _kits_in(
-    r: SyncReader, principal: Principal, toolkit: str | None, project: str | None
+    rt: Runtime, r: SyncReader, principal: Principal, toolkit: str | None, project: str | None
 ) -> tuple[list[Any], Any]:
-    scope = visibility.scope_in(r, principal)
+    scope = policy.runnable_in(r, rt, principal)  # only tools that could run are listed
     kits = store.list_toolkits_in(r, project=project, scope=scope)
     return [k for k in kits if toolkit is None or k.slug == toolkit], scope
 
@@ -299,7 +299,7 @@ async def list_toolkits(
     """The toolkits ``principal`` sees with their tools' full names (the admin API's listing)."""
 
     def gather(r: SyncReader) -> tuple[list[Any], dict[int, list[str]]]:
-        kits, scope = _kits_in(r, principal, None, project)
+        kits, scope = _kits_in(rt, r, principal, None, project)
         return kits, store.tool_names_by_toolkit_in(r, [k.id for k in kits], scope=scope)
 
     async with rt.db.read() as conn:
@@ -316,7 +316,7 @@ async def toolkit_listing(
     """``list_toolkits`` as an agent gets it: short names, or (brief) one line per tool by domain."""
 
     def gather(r: SyncReader) -> tuple[list[Any], Any]:
-        kits, scope = _kits_in(r, principal, toolkit, project)
+        kits, scope = _kits_in(rt, r, principal, toolkit, project)
         ids = [k.id for k in kits]
         if brief:
             return kits, store.tool_lines_by_toolkit_in(r, ids, scope=scope)
@@ -334,7 +334,7 @@ async def describe_tools(
     async with rt.db.read() as conn:
         tools = await conn.batch(
             lambda r: store.tools_named_in(
-                r, wanted, project=project, scope=visibility.scope_in(r, principal)
+                r, wanted, project=project, scope=policy.runnable_in(r, rt, principal)
             )
         )
     by_name: dict[str, list[Tool]] = {}

@@ -15,12 +15,13 @@ from typing import Any
 from appliance.access import visibility
 from appliance.catalogue import naming, store
 from appliance.catalogue.naming import SEPARATOR
+from appliance.db import SyncReader
 from appliance.errors import InvalidParams, NotFound, Unauthorized
-from appliance.gateway import audit
+from appliance.gateway import audit, policy
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
-from appliance.models import CallResult, Principal, Tool, Toolkit
+from appliance.models import CallResult, Principal, Scope, Tool, Toolkit
 from appliance.protocol.relays import LogRelay, ProgressCallback
 
 
@@ -80,18 +81,23 @@ async def resolve_toolkit(
     return kits[0]
 
 
-async def _tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[Tool]:
+async def _tools(rt: Runtime, principal: Principal, kit: Toolkit, *, runnable: bool = False) -> list[Tool]:
+    """The toolkit's tools the caller sees; ``runnable``: only those the call policy lets run
+    (what ``tools/list`` shows). A call looks among all it sees, so that the pipeline's policy
+    stage refuses a guarded tool with its reason rather than as an unknown name."""
+
+    def scope(r: SyncReader) -> Scope:
+        return policy.runnable_in(r, rt, principal) if runnable else visibility.scope_in(r, principal)
+
     tools: list[Tool] = await rt.db.cached(
-        ("tools_in_toolkit", kit.id, principal),
-        lambda conn: conn.batch(
-            lambda r: store.tools_in_toolkit_in(r, kit.id, scope=visibility.scope_in(r, principal))
-        ),
+        ("tools_in_toolkit", kit.id, principal, runnable),
+        lambda conn: conn.batch(lambda r: store.tools_in_toolkit_in(r, kit.id, scope=scope(r))),
     )
     return tools
 
 
 async def list_tools(rt: Runtime, principal: Principal, kit: Toolkit) -> list[dict[str, Any]]:
-    out = [tool_entry(tool, own_name(tool)) for tool in await _tools(rt, principal, kit)]
+    out = [tool_entry(tool, own_name(tool)) for tool in await _tools(rt, principal, kit, runnable=True)]
     return sorted(out, key=lambda t: t["name"])
 
 

@@ -34,8 +34,9 @@ from appliance.gateway.imports import (
     refuse_empty,
     store_draft,
 )
+from appliance.gateway.naming_model import Named
 from appliance.gateway.runtime import Runtime
-from appliance.models import Principal, Skipped, ToolDraft
+from appliance.models import Principal, Skipped, ToolDraft, ToolkitDraft
 from appliance.secret import Redactor
 
 APPROVE_HINT = "approve each tool by name: toolspoke approve {slug} --tool NAME"
@@ -108,6 +109,7 @@ async def import_examples(
         draft = inference.draft
         draft.tools = [_redacted(red, t) for t in draft.tools]
         refuse_empty(draft, "the examples show no request")
+        named = await _named(rt, draft, inference, red)
         cred = _credential(rt, inference)
         base = draft.base_url
         if base is not None:
@@ -118,8 +120,10 @@ async def import_examples(
                 field="base_url",
             )
         report = draft_report(draft, project, dry_run, started)
-        report.tools = [_tool_report(t, inference, dry_run) for t in draft.tools]
+        report.tools = [_tool_report(t, inference, dry_run, named) for t in draft.tools]
         report.notes = [red.text(n) for n in report.notes]
+        if named is not None:
+            report.notes += named.notes
         report.skipped = red.value(report.skipped)
         if base is None:
             report.notes.append(f"{NO_BASE_URL}: saving this import needs --base-url")
@@ -136,6 +140,19 @@ async def import_examples(
     return report
 
 
+async def _named(rt: Runtime, draft: ToolkitDraft, inference: Inference, red: Redactor) -> Named | None:
+    """The configured chat model's names and descriptions on ``draft``'s tools (None: off).
+
+    It is sent the tools' shapes only, redacted by ``red`` (the examples' credential values,
+    every vault secret); whatever it answers, the import goes on (``gateway/naming_model.py``)."""
+    if rt.naming_model is None:
+        return None
+    named = await rt.naming_model.name(draft.tools, slug=draft.slug, redactor=red)
+    draft.tools = named.tools
+    inference.sources = {named.renamed.get(k, k): v for k, v in inference.sources.items()}
+    return named
+
+
 def _redacted(red: Redactor, tool: ToolDraft) -> ToolDraft:
     return replace(
         tool,
@@ -146,8 +163,9 @@ def _redacted(red: Redactor, tool: ToolDraft) -> ToolDraft:
     )
 
 
-def _tool_report(tool: ToolDraft, inference: Inference, dry_run: bool) -> dict[str, Any]:
+def _tool_report(tool: ToolDraft, inference: Inference, dry_run: bool, named: Named | None) -> dict[str, Any]:
     binding = tool.binding or {}
+    origin = named.origins.get(tool.name, {}) if named is not None else {}
     out: dict[str, Any] = {
         "name": tool.name,
         "kind": tool.kind,
@@ -156,6 +174,8 @@ def _tool_report(tool: ToolDraft, inference: Inference, dry_run: bool) -> dict[s
         "path": binding.get("path"),
         "state": "pending",
         "inferred_from": inference.sources.get(tool.name, []),
+        "name_from": origin.get("name", "examples"),
+        "description_from": origin.get("description", "examples"),
     }
     if dry_run:
         out["description"] = tool.description

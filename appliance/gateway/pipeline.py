@@ -1,12 +1,13 @@
 """The tool call as one pipeline: every caller's call takes these stages, in this order.
 
-    rate → resolve → runner check → validate → reserve → credential → dispatch → redact
-    → keep aside → record
+    rate → resolve → policy → runner check → validate → reserve → credential → dispatch
+    → redact → keep aside → record
 
 ``run`` lists them. Each stage is a function of the runtime and the call's ``Attempt``
 (``gateway/attempt.py``), which carries everything one stage learns for the next; the
 rules live in the modules that own them: the rate limit, the reservation and the fee's fate
-in ``accounting``, the tool and its upstream in ``calls``, input checks in ``validation``,
+in ``accounting``, the tool and its upstream in ``calls``, the read-only guard and the deny
+rules in ``policy`` (``access/policy.py``), input checks in ``validation``,
 the credential and the redactor in ``credentials``, large results in ``artifacts``, the
 audit row and the charge in ``audit``. A refusal at any stage is recorded and raised; an
 upstream failure is an ``isError`` result, never a protocol error; either way the attempt
@@ -25,7 +26,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from appliance.errors import ApplianceError, RateLimited, UpstreamError
-from appliance.gateway import accounting, artifacts, audit, calls, credentials, redaction
+from appliance.gateway import accounting, artifacts, audit, calls, credentials, policy, redaction
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -60,6 +61,7 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
         try:
             accounting.limit(rt, attempt.principal)  # rate: before even the name is looked up
             tool = await resolve(rt, attempt)
+            await policy.check(rt, attempt.principal, tool)  # may it run: nothing charged or sent
             check_runner(attempt, tool)
             validate_arguments(tool.input_schema, attempt.arguments)
             await accounting.reserve(rt, attempt, tool)  # storage → quota → credit → hold

@@ -26,6 +26,7 @@ from appliance.egress.transport import Egress
 from appliance.errors import ConfigError, ImportFailed
 from appliance.gateway import demo_api
 from appliance.gateway.health_machine import HealthBook, thresholds_from
+from appliance.gateway.naming_model import NamingModel
 from appliance.gateway.redaction import VaultNeedles
 from appliance.gateway.semantic import Semantic
 from appliance.gateway.services import Service, Services, at_once
@@ -126,6 +127,8 @@ class Runtime:
         self.redaction = VaultNeedles()
         install_log_redaction()
         self.semantic = Semantic(settings)  # embedding provider, breaker, search counters
+        # The chat model that names inferred tools (None: off); a half-configured one stops here.
+        self.naming_model = NamingModel.from_settings(settings)
 
     @property
     def vault(self) -> Vault:

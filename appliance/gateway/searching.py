@@ -15,10 +15,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from appliance.access import visibility
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import InvalidParams
+from appliance.gateway import policy
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
 from appliance.search import fts, hybrid, usage, vectors
@@ -110,7 +110,8 @@ async def search(
         reader: SyncReader,
     ) -> tuple[list[tuple[int, float]], str, set[int] | None, list[Tool], Scope | None]:
         # The caller's scope, ranking and loading share one hop to the reader's thread.
-        scope = None if principal is None else visibility.scope_in(reader, principal)
+        # What could run (access narrowed by the call policy): search shows nothing else.
+        scope = None if principal is None else policy.runnable_in(reader, rt, principal)
         lexical = fts.search_in(
             reader,
             query,

@@ -123,9 +123,13 @@ async def entries(conn: ReadConn, user_id: int, *, limit: int = 50) -> list[dict
     ]
 
 
-async def balances(conn: ReadConn) -> dict[int, int]:
-    """Every user's balance in millicredits (a user without entries has none here: 0)."""
-    rows = await conn.all("SELECT user_id, sum(amount_milli) AS b FROM ledger_entries GROUP BY user_id")
+async def balances_of(conn: ReadConn, user_ids: list[int]) -> dict[int, int]:
+    """These users' balances in millicredits (one without entries is absent: 0)."""
+    rows = await conn.all(
+        "SELECT user_id, sum(amount_milli) AS b FROM ledger_entries"
+        " WHERE user_id IN (SELECT value FROM json_each(?)) GROUP BY user_id",
+        (dumps(user_ids),),
+    )
     return {int(r["user_id"]): int(r["b"]) for r in rows}
 
 

@@ -16,6 +16,7 @@ from sanic import Blueprint, Request
 
 from appliance.errors import InvalidParams
 from appliance.gateway.admin import grants, projects
+from appliance.gateway.admin import policy as call_policy
 from appliance.web.admin_fields import flag, only, positive_id, query_id
 from appliance.web.admin_routes import actor as _actor
 from appliance.web.admin_routes import answers, body, person_only
@@ -77,6 +78,34 @@ async def set_toolkit_access(request: Request, slug: str) -> Any:
         default=doc.get("default"),
         allowed_tools=doc.get("allowed_tools"),
         owner=owner,
+    )
+
+
+# -- call policy -----------------------------------------------------------------------------
+
+
+@bp.get("/toolkits/<slug:str>/policy")
+@answers()
+async def toolkit_policy(request: Request, slug: str) -> Any:
+    return await call_policy.toolkit_policy(request.app.ctx.rt, _actor(request), slug, _project(request, {}))
+
+
+@bp.put("/toolkits/<slug:str>/policy")
+@answers()
+async def set_toolkit_policy(request: Request, slug: str) -> Any:
+    """One rule: for the toolkit, a ``kind`` or a ``tool``; ``action`` null removes it."""
+    doc = body(request)
+    only(doc, {"project", "tool", "kind", "action"})
+    if "action" not in doc:
+        raise InvalidParams("'action' is required: 'allow', 'deny' or null", field="action")
+    return await call_policy.set_toolkit_policy(
+        request.app.ctx.rt,
+        _actor(request),
+        slug,
+        _project(request, doc),
+        action=doc["action"],
+        tool=doc.get("tool"),
+        kind=doc.get("kind"),
     )
 
 

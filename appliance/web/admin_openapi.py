@@ -99,8 +99,15 @@ SCHEMAS: dict[str, Any] = {
         ["id", "name", "is_admin", "created_at"],
     ),
     "Agent": _obj(
-        {"id": _ID, "user_id": _ID, "name": {"type": "string"}, "preload": _NAMES, "created_at": _TIME},
-        ["id", "user_id", "name", "preload", "created_at"],
+        {
+            "id": _ID,
+            "user_id": _ID,
+            "name": {"type": "string"},
+            "preload": _NAMES,
+            "read_only": {"type": "boolean"},
+            "created_at": _TIME,
+        },
+        ["id", "user_id", "name", "preload", "read_only", "created_at"],
     ),
     "Key": _obj(
         {
@@ -114,8 +121,26 @@ SCHEMAS: dict[str, Any] = {
             "expires_at": _NULLABLE_TIME,
             "revoked_at": _NULLABLE_TIME,
             "preload": {"type": ["array", "null"], "items": {"type": "string"}},
+            "read_only": {"type": "boolean"},
+            "effective_read_only": {"type": "boolean"},
         },
-        ["prefix", "name", "user_id", "agent_id", "created_at", "expires_at", "revoked_at"],
+        ["prefix", "name", "user_id", "agent_id", "created_at", "expires_at", "revoked_at", "read_only"],
+    ),
+    "ToolkitPolicy": _obj(
+        {
+            "toolkit": {"type": "string"},
+            "project": {"type": "string"},
+            "rules": _obj(
+                {
+                    "toolkit": {"enum": ["allow", "deny", None]},
+                    "kinds": {"type": "object", "additionalProperties": {"enum": ["allow", "deny"]}},
+                    "tools": {"type": "object", "additionalProperties": {"enum": ["allow", "deny"]}},
+                },
+                ["toolkit", "kinds", "tools"],
+            ),
+            "version": {"type": "integer", "minimum": 0},
+        },
+        ["toolkit", "project", "rules", "version"],
     ),
     "Project": _obj(
         {"slug": {"type": "string"}, "title": {"type": "string"}, "created_at": _TIME}, ["slug", "title"]
@@ -200,9 +225,11 @@ PATHS: dict[str, dict[str, Any]] = {
         "parameters": [_path("agent_id", {"type": "integer"})],
         "get": _op("An agent", _ref("Agent")),
         "patch": _op(
-            "Rename an agent or change its preloaded tools",
+            "Rename an agent, change its preloaded tools, or make its keys read-only",
             _ref("Agent"),
-            body=_obj({"name": {"type": "string"}, "preload": _NAMES}, closed=True),
+            body=_obj(
+                {"name": {"type": "string"}, "preload": _NAMES, "read_only": {"type": "boolean"}}, closed=True
+            ),
         ),
         "delete": _op("Delete an agent, its keys and grants", _ref("Deleted")),
     },
@@ -223,6 +250,7 @@ PATHS: dict[str, dict[str, Any]] = {
                     "agent_id": _ID,
                     "expires_at": {"type": "string", "format": "date-time"},
                     "preload": _NAMES,
+                    "read_only": {"type": "boolean"},
                 },
                 closed=True,
             ),
@@ -230,6 +258,11 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/api/v1/keys/{prefix}": {
         "parameters": [_path("prefix", {"type": "string"})],
+        "patch": _op(
+            "Make a key read-only (only read tools run) or lift that",
+            _ref("Key"),
+            body=_obj({"read_only": {"type": "boolean"}}, ["read_only"], closed=True),
+        ),
         "delete": _op("Revoke a key (effective on its next request)", _ref("Key")),
     },
     "/api/v1/projects": {
@@ -335,6 +368,28 @@ PATHS: dict[str, dict[str, Any]] = {
                     "allowed_tools": _NAMES,
                     "owner_id": _ID,
                 },
+                closed=True,
+            ),
+        ),
+    },
+    "/api/v1/toolkits/{slug}/policy": {
+        "parameters": [_SLUG_P],
+        "get": _op(
+            "A toolkit's call policy: allow and deny rules, and the policy version",
+            _ref("ToolkitPolicy"),
+            params=[_PROJECT_Q],
+        ),
+        "put": _op(
+            "Set one rule (the toolkit's, a kind's or a tool's) or remove it (action null)",
+            _ref("ToolkitPolicy"),
+            body=_obj(
+                {
+                    "project": {"type": "string"},
+                    "tool": {"type": "string"},
+                    "kind": {"enum": ["read", "write", "destructive"]},
+                    "action": {"enum": ["allow", "deny", None]},
+                },
+                ["action"],
                 closed=True,
             ),
         ),

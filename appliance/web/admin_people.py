@@ -103,9 +103,14 @@ async def get_agent(request: Request, agent_id: int) -> Any:
 @answers()
 async def update_agent(request: Request, agent_id: int) -> Any:
     doc = body(request)
-    only(doc, {"name", "preload"})
+    only(doc, {"name", "preload", "read_only"})
     return await people.update_agent(
-        request.app.ctx.rt, _actor(request), agent_id, name=doc.get("name"), preload=doc.get("preload")
+        request.app.ctx.rt,
+        _actor(request),
+        agent_id,
+        name=doc.get("name"),
+        preload=doc.get("preload"),
+        read_only=doc.get("read_only"),
     )
 
 
@@ -132,7 +137,7 @@ async def list_keys(request: Request) -> Any:
 async def create_key(request: Request) -> Any:
     """The secret is in this response only; it is stored as a hash."""
     doc = body(request)
-    only(doc, {"name", "user_id", "agent_id", "expires_at", "preload"})
+    only(doc, {"name", "user_id", "agent_id", "expires_at", "preload", "read_only"})
     user_id, agent_id = positive_id(doc, "user_id"), positive_id(doc, "agent_id")
     secret, listed = await keys.issue(
         request.app.ctx.rt,
@@ -142,8 +147,18 @@ async def create_key(request: Request) -> Any:
         name=doc.get("name", ""),
         expires_at=doc.get("expires_at"),
         preload=doc.get("preload"),
+        read_only=doc.get("read_only", False),
     )
     return {**listed, "key": secret}
+
+
+@bp.patch("/keys/<prefix:str>")
+@answers()
+async def update_key(request: Request, prefix: str) -> Any:
+    """Make a key read-only, or lift that (issue 20's read-only guard)."""
+    doc = body(request)
+    only(doc, {"read_only"})
+    return await keys.set_read_only(request.app.ctx.rt, _actor(request), prefix, doc.get("read_only"))
 
 
 @bp.delete("/keys/<prefix:str>")

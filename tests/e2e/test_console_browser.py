@@ -5,7 +5,9 @@ Sign in, see the toolkit cards, narrow them with the search box (htmx swaps the 
 open a toolkit, approve a pending tool, sign out. Upstream text carrying script tags, event
 handlers, ``javascript:`` URLs and template syntax is imported from an OpenAPI spec and from
 a stdio MCP server, and never runs (``window.__pwned`` stays undefined, no dialog opens, no
-CSP violation is reported, ``{{7*7}}`` stays text). A POST without the session's CSRF token
+CSP violation is reported, ``{{7*7}}`` stays text), nor when calls of a tool with a hostile
+upstream name and of the toolkit with a hostile title are in its call history and the
+overview (that toolkit broken, listed by its title). A POST without the session's CSRF token
 changes nothing; the console refuses to be framed; its cookie is not readable by script;
 every control is labelled and focus is visible.
 """
@@ -24,6 +26,7 @@ import pytest
 from playwright import sync_api  # the test extra; missing, this module fails: nothing is skipped
 
 from tests.support import hostile_pages
+from tests.support.clients import modern_tools_call
 from tests.support.servers import Appliance, import_mcp, running_appliance, sandbox_reading
 
 pytestmark = pytest.mark.e2e
@@ -184,9 +187,10 @@ def _assert_no_injected_element(page: Any, where: str) -> None:
     for injected in (
         "main script",
         "main img",
-        "main svg",
+        "main svg:not(.chart)",  # the overview's own charts are SVG drawn by the server
         "main iframe",
         "main [onerror]",
+        "main [onload]",
         "[hx-trigger=load]",
     ):
         assert page.locator(injected).count() == 0, (where, injected)
@@ -279,6 +283,68 @@ def test_the_console_is_never_framed_and_says_so_in_its_headers(app: Appliance, 
     watched.errors.clear()  # the refusal is reported on the console as an error
 
 
+HOSTILE_TOOL = "<img src=x onerror=window.__pwned=1>"  # an upstream tool name (hostile_pages.mcp_tools)
+
+
+def _mcp(app: Appliance, tool: str) -> httpx.Response:
+    headers, body = modern_tools_call(app.key, tool, {"x": hostile_pages.TEXT})
+    return httpx.post(app.mcp_url, json=body, headers=headers, timeout=30)
+
+
+def test_calls_of_hostile_tools_show_in_the_history_and_the_overview_and_never_run(
+    app: Appliance, watched: Watched
+) -> None:
+    api = {"Authorization": f"Bearer {app.key}"}
+    approved = httpx.post(  # approved by its upstream name; the gateway's is its sanitised form
+        app.base_url + "/api/v1/toolkits/hostile-mcp/approve",
+        json={"tools": [HOSTILE_TOOL]},
+        headers=api,
+        timeout=30,
+    )
+    assert approved.status_code == 200, approved.text
+    (named,) = approved.json()["approved"]
+    ok = _mcp(app, named)  # the stdio server answers with the hostile name it was called by
+    assert ok.status_code == 200 and ok.json()["result"]["isError"] is False, ok.text
+    failed = _mcp(app, "hostile__listItems")  # the hostile-titled toolkit's upstream is out of reach
+    assert failed.status_code == 200, failed.text
+    # probed until broken (its upstream is refused by the egress guard), it is listed on the
+    # overview by its title, which carries every payload
+    for _ in range(10):
+        probed = httpx.post(app.base_url + "/api/v1/toolkits/hostile/probe", headers=api, timeout=30)
+        assert probed.status_code == 200, probed.text
+        if probed.json()["health"] == "broken":
+            break
+    assert probed.json()["health"] == "broken", probed.text
+    page = sign_in(watched, app)
+    for path, tool in (
+        ("/console/toolkits/default/hostile-mcp", named),
+        ("/console/toolkits/default/hostile", "hostile__listItems"),
+    ):
+        page.goto(app.base_url + path)
+        history = page.locator("section[aria-labelledby=history] tbody")
+        sync_api.expect(history.locator("code", has_text=tool)).not_to_have_count(0)
+        _assert_no_injected_element(page, path)
+    page.goto(app.base_url + "/console/overview")
+    top = page.locator("section[aria-labelledby=top-tools]")
+    sync_api.expect(top).to_contain_text(named[:30])
+    sync_api.expect(top).to_contain_text("hostile__listItems")
+    health = page.locator("section[aria-labelledby=health]")
+    sync_api.expect(health.get_by_role("link")).to_contain_text("Hostile <script>window.__pwned")
+    sync_api.expect(health).to_contain_text(hostile_pages.TEMPLATE)  # never evaluated
+    _assert_no_injected_element(page, "overview")
+    watched.assert_nothing_ran()
+
+
+def unlabelled(page: Any) -> list[str]:
+    """Every control of the page with no label, no aria-label and no text of its own."""
+    found: list[str] = page.evaluate(
+        """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+            .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                         && !e.textContent.trim()).map(e => e.outerHTML)"""
+    )
+    return found
+
+
 def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched: Watched) -> None:
     page = watched.page
     page.goto(app.base_url + "/console/sign-in")
@@ -298,12 +364,7 @@ def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched:
         "/console/import?mode=json",
     ):
         page.goto(app.base_url + path)
-        unlabelled = page.evaluate(
-            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
-                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
-                             && !e.textContent.trim()).map(e => e.outerHTML)"""
-        )
-        assert unlabelled == [], unlabelled
+        assert unlabelled(page) == [], (path, unlabelled(page))
     # the search box and the filters are reached by keyboard, in order
     page.goto(app.base_url + "/console/toolkits")
     page.get_by_label("Search").focus()
@@ -314,6 +375,40 @@ def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched:
             page.evaluate("() => document.activeElement.id || document.activeElement.textContent.trim()")
         )
     assert order == ["type", "health", "project", "Filter"]
+    watched.assert_nothing_ran()
+
+
+def test_every_control_of_an_agent_its_grant_and_a_users_page_is_labelled(
+    app: Appliance, watched: Watched
+) -> None:
+    api = {"Authorization": f"Bearer {app.key}"}
+    made = httpx.post(app.base_url + "/api/v1/agents", json={"name": "labels-bot"}, headers=api, timeout=30)
+    assert made.status_code == 201, made.text
+    agent = made.json()
+    grant = httpx.post(
+        app.base_url + "/api/v1/grants",
+        json={"agent_id": agent["id"], "toolkit": "hostile"},
+        headers=api,
+        timeout=30,
+    )
+    assert grant.status_code == 201, grant.text
+    page = sign_in(watched, app)
+    paths = {
+        "agent": f"/console/agents/{agent['id']}",
+        "grant": f"/console/agents/{agent['id']}/grants/{grant.json()['id']}",
+        "own user page": f"/console/users/{agent['user_id']}",
+    }
+    for name, path in paths.items():
+        page.goto(app.base_url + path)
+        sync_api.expect(page.locator("h1")).to_be_visible()
+        assert page.locator("main input:not([type=hidden]), main select, main button").count() > 0, name
+        assert unlabelled(page) == [], (name, unlabelled(page))
+    # the grant's tool boxes are named by their tools, the agent's fields by what they take
+    page.goto(app.base_url + paths["grant"])
+    sync_api.expect(page.get_by_label("hostile__listItems")).not_to_be_checked()
+    page.goto(app.base_url + paths["agent"])
+    sync_api.expect(page.get_by_label("Find a toolkit to grant")).to_be_visible()
+    sync_api.expect(page.get_by_label("Tool names, one a line")).to_be_visible()
     watched.assert_nothing_ran()
 
 

@@ -194,12 +194,7 @@ def test_5_every_control_of_the_new_pages_is_labelled_and_reached_with_visible_f
         "/console/settings",
     ):
         page.goto(app.base_url + path)
-        unlabelled = page.evaluate(
-            """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
-                .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
-                             && !e.textContent.trim()).map(e => e.outerHTML)"""
-        )
-        assert unlabelled == [], (path, unlabelled)
+        assert test_console_browser.unlabelled(page) == [], path
     page.get_by_label("Semantic search on").focus()
     page.keyboard.press("Tab")
     focused = page.evaluate(

@@ -54,6 +54,28 @@ def _open_agent(page: Any) -> None:
     page.wait_for_load_state("load")
 
 
+def _open_grant(page: Any) -> None:
+    _open_agent(page)
+    page.get_by_role("link", name="Manage the tools of demo").click()
+    page.wait_for_load_state("load")
+
+
+# A seeded user's key (``seed`` keeps it here): the "My account" shot signs in as them.
+USER_KEYS: dict[str, str] = {}
+
+
+def _as_ann(page: Any) -> None:
+    """Sign out, sign in as ann, open her own page: the session is hers afterwards, so this
+    shot comes last."""
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/console/sign-in")
+    page.get_by_label("Your API key").fill(USER_KEYS["ann"])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console/toolkits")
+    page.get_by_role("link", name="My account", exact=True).click()
+    page.wait_for_load_state("load")
+
+
 @dataclass(frozen=True)
 class Shot:
     name: str  # the PNG's file name, without .png
@@ -74,7 +96,9 @@ SHOTS = [
     Shot("agent", "/console/agents", then=_open_agent),
     Shot("users", "/console/users"),
     Shot("search", "/console/search?q=list+the+pets"),
+    Shot("grant", "/console/agents", then=_open_grant),
     Shot("settings", "/console/settings"),
+    Shot("my-account", "/console/users", then=_as_ann),  # last: it signs in as ann
 ]
 
 
@@ -127,7 +151,10 @@ def seed(app: Appliance, tools_dir: Path, env: dict[str, str]) -> None:
         *connection["args"],
         env=env,
     )
-    _api(app, "POST", "/users", {"name": "ann"})
+    ann = _api(app, "POST", "/users", {"name": "ann"})
+    USER_KEYS["ann"] = _api(app, "POST", "/keys", {"name": "laptop", "user_id": ann["id"]})["key"]
+    _api(app, "POST", "/agents", {"name": "ann-bot", "user_id": ann["id"]})
+    _api(app, "POST", f"/users/{ann['id']}/credits", {"amount": 20, "note": "welcome"})
     agent = _api(app, "POST", "/agents", {"name": "helper-bot"})
     _api(app, "POST", "/grants", {"agent_id": agent["id"], "toolkit": "demo"})
     for tool, arguments in (

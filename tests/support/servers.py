@@ -26,8 +26,11 @@ from urllib.parse import parse_qs, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
 # What a sandboxed stdio server started by a test reads: this checkout (the npm peers, the
-# test servers, the virtualenv) and the Python installation the virtualenv points to.
-SANDBOX_READ_PATHS = ",".join(dict.fromkeys((str(REPO), str(Path(sys.base_prefix).resolve()))))
+# test servers), the virtualenv whose Python starts them (inside the checkout or not: a git
+# worktree shares the main checkout's) and the Python installation it points to.
+SANDBOX_READ_PATHS = ",".join(
+    dict.fromkeys((str(REPO), str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())))
+)
 FIXTURES = REPO / "tests" / "fixtures" / "openapi"
 ADMIN_KEY = "tsk_test-admin-key-0123456789abcdefghijklmnop"
 READY = re.compile(r"serving MCP on (http://\S+)/mcp")

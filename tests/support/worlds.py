@@ -35,9 +35,23 @@ class KitSpec:
     active: list[bool] = field(default_factory=lambda: [True])  # one per tool; False: pending
     guide: str = ""
     words: str = "widget"
+    kinds: list[str] = field(default_factory=list)  # one per tool; empty: every tool reads
 
     def tool_name(self, i: int) -> str:
         return f"{self.slug}__t{i}"
+
+    def kind(self, i: int) -> str:
+        return self.kinds[i] if self.kinds else "read"
+
+
+@dataclass
+class RuleSpec:
+    """A call-policy rule (issue 20) on a toolkit: for one tool, one kind, or all of it."""
+
+    kit: int  # index into World.kits
+    action: str  # allow or deny
+    tool: int | None = None  # a tool index
+    kind: str | None = None
 
 
 @dataclass
@@ -55,6 +69,10 @@ class World:
     kits: list[KitSpec]
     grants: list[GrantSpec] = field(default_factory=list)
     preload: dict[int, list[str]] = field(default_factory=dict)  # agent index → tool names
+    rules: list[RuleSpec] = field(default_factory=list)  # a later rule for the same thing wins
+    read_only_users: set[int] = field(default_factory=set)  # users whose own key is read-only
+    read_only_agents: set[int] = field(default_factory=set)  # agents marked read-only
+    read_only_agent_keys: set[int] = field(default_factory=set)  # agents whose key is read-only
 
 
 @dataclass
@@ -74,7 +92,7 @@ def _draft(kit: KitSpec) -> ToolkitDraft:
             group=kit.slug,
             title="",
             description=f"{kit.words} operation number {i} of {kit.slug}",
-            kind="read",
+            kind=kit.kind(i),  # type: ignore[arg-type]
             input_schema={"type": "object", "properties": {}},
         )
         for i in range(len(kit.active))
@@ -142,14 +160,34 @@ async def build(rt: Runtime, world: World, *, optimize: bool = True) -> Built:
                 "INSERT OR IGNORE INTO grant_tools (grant_id, tool_name) VALUES (?, ?)",
                 [(grant_id, kit.tool_name(i)) for i in grant.tools],
             )
+        for rule in world.rules:
+            kit = world.kits[rule.kit]
+            await tx.run(
+                "INSERT OR REPLACE INTO call_policies (toolkit_id, tool_name, kind, action)"
+                " VALUES (?, ?, ?, ?)",
+                (
+                    kit_ids[rule.kit],
+                    "" if rule.tool is None else kit.tool_name(rule.tool),
+                    rule.kind or "",
+                    rule.action,
+                ),
+            )
+        for agent in world.read_only_agents:
+            await tx.run("UPDATE agents SET read_only = 1 WHERE id = ?", (agent_ids[agent],))
         if optimize:
             await fts.optimize(tx)
         user_keys = [keys.new_key() for _ in user_ids]
         agent_keys = [keys.new_key() for _ in agent_ids]
-        for user_id, key in zip(user_ids, user_keys, strict=True):
-            await keys.add_key(tx, user_id, key)
+        for user, (user_id, key) in enumerate(zip(user_ids, user_keys, strict=True)):
+            await keys.add_key(tx, user_id, key, read_only=user in world.read_only_users)
         for agent, (agent_id, key) in enumerate(zip(agent_ids, agent_keys, strict=True)):
-            await keys.add_key(tx, user_ids[world.agents[agent]], key, agent_id=agent_id)
+            await keys.add_key(
+                tx,
+                user_ids[world.agents[agent]],
+                key,
+                agent_id=agent_id,
+                read_only=agent in world.read_only_agent_keys,
+            )
     return Built(user_ids, agent_ids, kit_ids, user_keys, agent_keys)
 
 
@@ -190,6 +228,41 @@ def visible_tools(world: World, *, user: int | None = None, agent: int | None = 
     return out
 
 
+def runnable(
+    world: World,
+    tools: set[tuple[str, str]],
+    *,
+    user: int | None = None,
+    agent: int | None = None,
+    read_only: bool = False,
+) -> set[tuple[str, str]]:
+    """Of the tools a principal sees, those the call policy lets it run (issue 20): the guard
+    (the appliance ``read_only``, the user's key, the agent, the agent's key) keeps read tools
+    only; otherwise the most specific rule on the tool decides (tool, kind, toolkit; none:
+    allow), the last rule given for the same thing counting."""
+    guarded = (
+        read_only
+        or (user is not None and user in world.read_only_users)
+        or (agent is not None and (agent in world.read_only_agents or agent in world.read_only_agent_keys))
+    )
+    out = set()
+    for k, kit in enumerate(world.kits):
+        for i in range(len(kit.active)):
+            if (kit.project, kit.tool_name(i)) not in tools:
+                continue
+            if guarded and kit.kind(i) != "read":
+                continue
+            by_tool = [r.action for r in world.rules if r.kit == k and r.tool == i]
+            by_kind = [
+                r.action for r in world.rules if r.kit == k and r.tool is None and r.kind == kit.kind(i)
+            ]
+            whole = [r.action for r in world.rules if r.kit == k and r.tool is None and r.kind is None]
+            decided = (by_tool or by_kind or whole or ["allow"])[-1]
+            if decided == "allow":
+                out.add((kit.project, kit.tool_name(i)))
+    return out
+
+
 def visible_kits(world: World, *, user: int | None = None, agent: int | None = None) -> set[int]:
     if agent is not None:
         owner = world.agents[agent]
@@ -212,6 +285,8 @@ def describe_world(world: World) -> dict[str, Any]:
         "kits": [vars(k) for k in world.kits],
         "grants": [vars(g) for g in world.grants],
         "preload": world.preload,
+        "rules": [vars(r) for r in world.rules],
+        "read_only": [world.read_only_users, world.read_only_agents, world.read_only_agent_keys],
     }
 
 

@@ -23,6 +23,7 @@ from appliance.catalogue import (
     examples_credentials,
     examples_entry,
     examples_http,
+    examples_naming,
     examples_paths,
     examples_schema,
     naming,
@@ -168,6 +169,8 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "examples_paths._VERSION": lambda s: examples_paths._VERSION.fullmatch(s),
     "examples_credentials._HEADER_WORDS": examples_credentials.credential_header,
     "examples_credentials._QUERY_WORDS": examples_credentials.credential_query,
+    # A chat model's proposed tool name (length-checked first in parse_answer; here unbounded)
+    "examples_naming._SNAKE": lambda s: examples_naming._SNAKE.fullmatch(s),
     # Secrets whose forms share prefixes with the hostile runs: the alternation is tried at
     # every position, so a near miss at each one must still cost a bounded amount.
     "secret.Redactor": Redactor(["AAAAAAAAAAAAAAAb", "aAaAaAaAaAaAaAaAx", "0.0.0.0.0.0.0.0.y"]).text,

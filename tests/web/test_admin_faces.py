@@ -381,3 +381,96 @@ def test_credit_is_granted_alike(faces: Faces) -> None:
         json={"amount": 0},
     )
     assert faces.ok("GET", f"/users/{uid}/credits")["balance"] == 10
+
+
+# -- call policy (issue 20): read-only agents and keys, a toolkit's rules ---------------------
+
+
+def test_read_only_agents_and_keys_are_set_alike(faces: Faces) -> None:
+    uid = _user(faces, "rory")
+    agents = [faces.ok("POST", "/agents", 201, json={"name": n, "user_id": uid})["id"] for n in ("r1", "r2")]
+    by_api = faces.ok("PATCH", f"/agents/{agents[0]}", json={"read_only": True})
+    by_cli = faces.cli_json("agents", "--json", "read-only", str(agents[1]))
+    assert by_api["read_only"] is by_cli["read_only"] is True
+    assert _without(by_api, "id", "name", "created_at") == _without(by_cli, "id", "name", "created_at")
+    lifted = faces.cli_json("agents", "--json", "read-only", str(agents[1]), "--off")
+    assert lifted["read_only"] is False
+
+    made_api = faces.ok("POST", "/keys", 201, json={"user_id": uid, "read_only": True})
+    made_cli = faces.cli_json("keys", "--json", "create", "--user", "rory", "--read-only")
+    same = ("prefix", "key", "created_at")
+    assert _without(made_api, *same) == _without(made_cli, *same)
+    assert made_cli["read_only"] is made_cli["effective_read_only"] is True
+
+    plain = [faces.ok("POST", "/keys", 201, json={"agent_id": agents[0]})["prefix"] for _ in range(2)]
+    set_api = faces.ok("PATCH", f"/keys/{plain[0]}", json={"read_only": True})
+    set_cli = faces.cli_json("keys", "--json", "read-only", plain[1])
+    assert _without(set_api, "prefix", "created_at") == _without(set_cli, "prefix", "created_at")
+    # Lifting the key's own flag leaves its read-only agent's: an agent never widens a key.
+    off_api = faces.ok("PATCH", f"/keys/{plain[0]}", json={"read_only": False})
+    off_cli = faces.cli_json("keys", "--json", "read-only", plain[1], "--off")
+    for off in (off_api, off_cli):
+        assert off["read_only"] is False and off["effective_read_only"] is True
+
+    faces.refused_alike(
+        ("keys", "read-only", "tsk_nothere0"),
+        "PATCH",
+        "/keys/tsk_nothere0",
+        404,
+        "not_found",
+        json={"read_only": True},
+    )
+    faces.refused_alike(
+        ("agents", "read-only", "999999"),
+        "PATCH",
+        "/agents/999999",
+        404,
+        "not_found",
+        json={"read_only": True},
+    )
+
+
+def test_a_toolkit_policy_is_shown_and_set_alike(faces: Faces) -> None:
+    shown = faces.ok("GET", "/toolkits/demo/policy")
+    assert shown == faces.cli_json("toolkits", "policy", "demo", "--json")
+    assert shown["rules"] == {"toolkit": None, "kinds": {}, "tools": {}}
+    by_api = faces.ok("PUT", "/toolkits/demo/policy", json={"kind": "destructive", "action": "deny"})
+    assert by_api["version"] == shown["version"] + 1
+    by_cli = faces.cli_json("toolkits", "policy", "demo", "--json", "--tool", "createNote", "--deny")
+    assert by_cli["version"] == by_api["version"] + 1
+    assert by_cli["rules"] == {
+        "toolkit": None,
+        "kinds": {"destructive": "deny"},
+        "tools": {"demo__createNote": "deny"},
+    }
+    assert by_cli == faces.ok("GET", "/toolkits/demo/policy")
+    code, out, _ = faces.cli("toolkits", "policy", "demo")
+    assert code == 0 and "demo__createNote: deny" in out and "destructive: deny" in out
+
+    faces.refused_alike(
+        ("toolkits", "policy", "demo", "--tool", "noSuchTool", "--deny"),
+        "PUT",
+        "/toolkits/demo/policy",
+        404,
+        "not_found",
+        json={"tool": "noSuchTool", "action": "deny"},
+    )
+    faces.refused_alike(
+        ("toolkits", "policy", "demo", "--tool", "createNote", "--kind", "write", "--allow"),
+        "PUT",
+        "/toolkits/demo/policy",
+        422,
+        "invalid_params",
+        json={"tool": "createNote", "kind": "write", "action": "allow"},
+    )
+    faces.refused_alike(
+        ("toolkits", "policy", "nothing-here", "--deny"),
+        "PUT",
+        "/toolkits/nothing-here/policy",
+        404,
+        "not_found",
+        json={"action": "deny"},
+    )
+    cleared_api = faces.ok("PUT", "/toolkits/demo/policy", json={"kind": "destructive", "action": None})
+    cleared_cli = faces.cli_json("toolkits", "policy", "demo", "--json", "--tool", "createNote", "--inherit")
+    assert cleared_api["rules"]["kinds"] == {} and cleared_cli["rules"] == shown["rules"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +20,8 @@ from appliance.gateway import imports
 from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
+from tests.support.resync import dynamic_upstream
+from tests.support.servers import import_mcp as cli_import_mcp
 from tests.support.servers import sandbox_reading
 from tests.support.worlds import KitSpec, World
 
@@ -262,6 +265,42 @@ def test_a_remote_or_local_mcp_toolkit_re_syncs_from_its_page(app: InProcess) ->
         "Re-synced: 0 added, 0 changed (pending approval), 0 removed."
         in client.get(done.headers["location"]).text
     )
+
+
+def _tool_states(page: str) -> dict[str, str]:
+    rows = page.split('id="tools"', 1)[1].split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("</tr>")[:-1]
+    return {
+        re.search(r"<code>([^<]+)</code>", row).group(1): re.search(r'badge state-(\w+)"', row).group(1)  # type: ignore[union-attr]
+        for row in rows
+    }
+
+
+def test_a_remote_mcp_toolkit_over_streamable_http_re_syncs_from_its_page(
+    app: InProcess, tmp_path: Path
+) -> None:
+    with dynamic_upstream(tmp_path, ["alpha", "beta"]) as up:
+        assert cli_import_mcp(app, up.url, "--slug", "remote-dyn")["tool_count"] == 2  # type: ignore[arg-type]
+        admin, csrf = signed_in(app, app.key)
+        path = "/console/toolkits/default/remote-dyn"
+        page = admin.get(path).text
+        assert "Re-sync from the server" in page and "remote MCP" in page
+        assert _tool_states(page) == {"remote-dyn__alpha": "active", "remote-dyn__beta": "active"}
+        up.set(["alpha", "gamma"], alpha_v2=True)  # one changed, one new, one gone
+        ann, ann_csrf = signed_in(app, keys(app).user_keys[0])
+        assert ann.post(path + "/sync", data={"csrf": ann_csrf}).status_code == 404  # not hers
+        done = admin.post(path + "/sync", data={"csrf": csrf})
+        assert done.status_code == 303
+        assert done.headers["location"] == path + "?done=synced&added=1&changed=1&removed=1"
+        page = admin.get(done.headers["location"]).text
+        assert "Re-synced: 1 added, 1 changed (pending approval), 1 removed." in page
+        assert _tool_states(page) == {
+            "remote-dyn__alpha": "pending",
+            "remote-dyn__beta": "disabled",
+            "remote-dyn__gamma": "pending",
+        }
+        assert "Changed: description" in page and "Echo text, now optionally loudly." in page
+        again = admin.post(path + "/sync", data={"csrf": csrf})  # nothing new upstream
+        assert again.headers["location"] == path + "?done=synced&added=0&changed=0&removed=0"
 
 
 def test_an_admin_sets_quota_and_fee_and_a_call_through_mcp_shows_in_the_history(app: InProcess) -> None:

@@ -3,7 +3,8 @@ OpenAPI by URL, upload and paste; MCP by remote URL, local command and a pasted 
 each a dry run that lists the tools and the skipped operations before anything is stored
 (the catalogue's counts before and after), then a save of exactly the draft the dry run
 kept on the server, bound to its session; refusals naming the field; CSRF on every POST;
-a local command an admin's only; hostile upstream text escaped.
+a local command an admin's only; hostile upstream text escaped. A remote server by URL is a
+real SDK server over streamable HTTP on loopback (``ALLOWED_TOOL_CIDRS`` admits it here).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +25,7 @@ from tests.support import hostile_pages, tiny_stdio, worlds
 from tests.support.console_pages import CSRF
 from tests.support.console_pages import signed_in as signed_in_at
 from tests.support.inprocess import InProcess, served_in_process
+from tests.support.resync import dynamic_upstream
 from tests.support.servers import sandbox_reading
 from tests.support.worlds import World
 
@@ -307,6 +310,44 @@ def test_a_remote_url_dry_run_is_refused_by_the_egress_guard_naming_the_field(ap
         },
     )
     assert wrong.status_code == 422 and "&#39;transport&#39;" in wrong.text
+
+
+def test_a_remote_server_by_url_dry_runs_over_streamable_http_and_saves(
+    app: InProcess, tmp_path: Path
+) -> None:
+    with dynamic_upstream(tmp_path, ["alpha", "beta"]) as up:  # a real SDK server on loopback
+        ann, csrf = signed_in(app, user_key(app, 0))
+        before = counts(app)
+        form = {"csrf": csrf, "slug": "remote-ok", "url": up.url, "transport": "http"}
+        preview = ann.post("/console/import/remote", data=form)
+        assert preview.status_code == 200, preview.text[-800:]
+        assert "Nothing has been saved" in preview.text
+        assert (
+            "<code>remote-ok__alpha</code>" in preview.text and "<code>remote-ok__beta</code>" in preview.text
+        )
+        assert counts(app) == before  # the dry run listed the server's tools and stored nothing
+        saved = ann.post("/console/import/save", data={"csrf": csrf, "draft": draft_of(preview)})
+        assert saved.status_code == 303
+        assert saved.headers["location"] == "/console/toolkits/default/remote-ok?done=imported&n=2&held=0"
+        assert counts(app) == (before[0] + 1, before[1] + 2)
+        page = ann.get(saved.headers["location"]).text
+        assert "Imported 2 tools." in page and "remote MCP" in page and "Re-sync from the server" in page
+        assert page.count('class="badge state-active"') == 2
+        # held for approval, and a server whose tools changed after the dry run is not saved
+        held = ann.post(
+            "/console/import/remote",
+            data={**form, "slug": "remote-held", "transport": "auto", "approve": "on"},
+        )
+        assert held.status_code == 200 and "<code>remote-held__alpha</code>" in held.text, held.text[-800:]
+        up.set(["alpha", "gamma"])
+        changed = ann.post("/console/import/save", data={"csrf": csrf, "draft": draft_of(held)})
+        assert changed.status_code == 422 and "changed since the dry run" in changed.text
+        assert counts(app) == (before[0] + 1, before[1] + 2)
+        again = ann.post("/console/import/remote", data={**form, "slug": "remote-held", "approve": "on"})
+        saved = ann.post("/console/import/save", data={"csrf": csrf, "draft": draft_of(again)})
+        assert saved.headers["location"] == "/console/toolkits/default/remote-held?done=imported&n=2&held=0"
+        page = ann.get(saved.headers["location"]).text
+        assert "Approve all 2 pending" in page and page.count('class="badge state-pending"') == 2
 
 
 def test_an_upload_over_the_import_bound_is_refused_and_stores_nothing(app: InProcess) -> None:

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from appliance.gateway.admin import ledger
+from appliance.gateway.admin import agent_pages, keys, ledger, people
+from appliance.gateway.backfill import backfill
 from tests.support import hostile_pages, worlds
 from tests.support.clients import modern_tools_call
 from tests.support.inprocess import InProcess, served_in_process
@@ -256,6 +257,44 @@ def test_the_playground_lists_recent_misses_escaped_and_only_to_whom_they_belong
     assert "a0 (u0)" in ann and "a1 (u1)" in bob
 
 
+@pytest.fixture(scope="module")
+def semantic_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcess]:
+    """The same world with the bundled local model on and every tool embedded (the backfill
+    run to its end), so the playground's search is hybrid."""
+    folder = tmp_path_factory.mktemp("console-semantic")
+    env = {"TOOLSPOKE_HEALTH_INTERVAL_S": "0", "TOOLSPOKE_EMBEDDINGS": "local"}
+    with served_in_process(folder / "data", env=env) as served:
+        served.ctx = served.run(worlds.build(served.rt, WORLD))  # type: ignore[attr-defined]
+        report = served.run(backfill(served.rt), timeout=120)
+        assert report.embedded >= 8, report  # every active tool of the world
+        yield served
+
+
+def test_the_playground_shows_the_semantic_side_and_the_fused_explanation(semantic_app: InProcess) -> None:
+    admin, _ = signed_in(semantic_app, semantic_app.key)
+    page = admin.get("/console/search", params={"q": "invoice operation"})
+    assert page.status_code == 200, page.text[:300]
+    assert "Ranking: <strong>hybrid</strong>" in page.text
+    assert "standardised within its own list" in page.text  # what a fused score is, said once
+    table = page.text.split('id="results"', 1)[1].split("</tbody>", 1)[0]
+    rows = [r for r in table.split("<tbody>", 1)[1].split("</tr>") if "<td>" in r]
+    assert rows
+    for row in rows:
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        score, lexical_rank, bm25, semantic_rank, cosine, why = cells[3], *cells[4:9]
+        assert re.fullmatch(r"-?\d+\.\d{3}", score), cells
+        assert re.fullmatch(r"\d+", semantic_rank) and re.fullmatch(r"-?\d\.\d{3}", cosine), cells
+        if lexical_rank != "\u2013":  # found by its words too (an en dash: not): what each side gave
+            assert re.fullmatch(r"-?\d+\.\d{2}", bm25), cells
+            assert (
+                f"lexical #{lexical_rank} (BM25 {bm25}) and semantic #{semantic_rank} (cosine {cosine})"
+                in why
+            )
+            assert re.search(r"fused: words [+-]\d\.\d\d, meaning [+-]\d\.\d\d", why), why
+    assert any(re.search(r"<td>\d+</td>\s*<td>-?\d+\.\d{2}</td>\s*<td>\d+</td>", r) for r in rows)
+    assert any("so it placed by meaning alone: words" in r for r in rows)  # found by meaning only
+
+
 # -- users, credit, overview, settings -----------------------------------------------------------
 
 
@@ -417,3 +456,86 @@ def test_hostile_tool_text_stays_text_on_the_grant_and_search_pages(app: InProce
         _assert_inert(text)
     assert "&lt;script&gt;window.__pwned" in grant and "&lt;script&gt;window.__pwned" in searched.text
     ann.post(made.headers["location"].split("?")[0] + "/remove", data={"csrf": csrf})
+
+
+# -- paging, and the "Add tool" list bounded -----------------------------------------------------
+
+ROW_LINK = {
+    "agents": re.compile(r'<td><a href="/console/agents/(\d+)">'),
+    "users": re.compile(r'<td><a href="/console/users/(\d+)">'),
+}
+
+
+def _listed(client: httpx.Client, what: str, page: int | None = None) -> tuple[list[int], str]:
+    answer = client.get(f"/console/{what}", params={} if page is None else {"page": str(page)})
+    assert answer.status_code == 200, answer.text[:300]
+    return [int(i) for i in ROW_LINK[what].findall(answer.text)], answer.text
+
+
+def test_the_agents_and_users_lists_go_by_pages_of_fifty(app: InProcess) -> None:
+    admin_principal = app.run(worlds.principal(app.rt, app.key))
+    pager = app.run(people.create_user(app.rt, admin_principal, "pager"))
+    for i in range(55):  # the pager's agents: two pages of them, whoever looks
+        app.run(people.create_agent(app.rt, admin_principal, f"p{i:02d}", user=pager["id"]))
+    for i in range(50):  # and enough users for a second page of users
+        app.run(people.create_user(app.rt, admin_principal, f"extra{i:02d}"))
+    admin, _ = signed_in(app, app.key)
+    for what in ("agents", "users"):
+        first, page = _listed(admin, what)
+        total = int(re.search(rf"<p class=\"summary\">(\d+) {what}, page 1 of 2\.</p>", page).group(1))  # type: ignore[union-attr]
+        assert len(first) == 50 and first == sorted(first)
+        assert f'href="/console/{what}?page=2" rel="next"' in page and 'rel="prev"' not in page
+        second, page = _listed(admin, what, 2)
+        assert len(second) == total - 50 and not set(first) & set(second)
+        assert f'href="/console/{what}?page=1" rel="prev"' in page and 'rel="next"' not in page
+        assert second[-1] == max(second) and min(second) > max(first)  # id order, nothing skipped
+        for bad in ("0", "x", "1000001"):
+            refused = admin.get(f"/console/{what}", params={"page": bad})
+            assert refused.status_code == 422 and "&#39;page&#39;" in refused.text, refused.text[:300]
+    # every agent of the pager once, across the admin's pages
+    everyone = _listed(admin, "agents")[0] + _listed(admin, "agents", 2)[0]
+    assert len(set(everyone)) == len(everyone)
+    # a user pages through their own agents only
+    keyed = app.run(keys.issue(app.rt, admin_principal, user=pager["id"]))[0]
+    own, _ = signed_in(app, keyed)
+    mine, page = _listed(own, "agents")
+    assert len(mine) == 50 and "55 agents, page 1 of 2." in page
+    assert len(_listed(own, "agents", 2)[0]) == 5
+    ann, _ = signed_in(app, built(app).user_keys[0])
+    ann_agents, page = _listed(ann, "agents")
+    assert built(app).agent_ids[0] in ann_agents and 'class="pages"' not in page
+    assert not set(ann_agents) & set(everyone[-55:])
+
+
+def test_add_tool_offers_a_bounded_list_narrowed_by_a_search(
+    app: InProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent_pages, "GRANTABLE_MAX", 2)  # the bound, small enough to see
+    ann, csrf = signed_in(app, built(app).user_keys[0])
+    made = ann.post("/console/agents", data={"csrf": csrf, "name": "picker"})
+    path = made.headers["location"].split("?")[0]
+    page = ann.get(path).text
+    offered = re.findall(
+        r'<option value="([^"]+)">', page.split('id="grant-toolkit"')[1].split("</select>")[0]
+    )
+    # ann reaches her alpha, bob's published bravo and evil, and the platform default; not bob's charlie
+    assert offered == ["default/alpha", "default/bravo"]
+    assert "Showing the first 2 of 4 toolkits: find one by its title or slug above." in page
+    assert 'id="kit-search"' in page and 'hx-get="' + path + '"' in page
+    narrowed = ann.get(path, params={"kit": "EV"}).text  # any case, slug or title
+    assert re.findall(r'<option value="([^"]+)">', narrowed) == ["default/evil"]
+    assert "1 toolkit matching to grant." in narrowed and 'value="EV"' in narrowed
+    fragment = ann.get(path, params={"kit": "dfl"}, headers={"HX-Request": "true"})
+    assert fragment.text.startswith('<div id="grantable">') and "<html" not in fragment.text
+    assert re.findall(r'<option value="([^"]+)">', fragment.text) == ["default/dflt"]
+    assert fragment.headers["vary"] == "HX-Request"
+    assert "No toolkit to grant matches that search." in ann.get(path, params={"kit": "charlie"}).text
+    too_long = ann.get(path, params={"kit": "x" * 201})
+    assert too_long.status_code == 422 and "&#39;kit&#39;" in too_long.text
+    # the list only shows: a grant of a toolkit past the bound is made all the same, and it
+    # leaves the list; one its user does not reach is refused as absent
+    granted = ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/evil"})
+    assert granted.status_code == 303
+    after = ann.get(path).text
+    assert "Showing the first 2 of 3 toolkits" in after
+    assert ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/charlie"}).status_code == 404

@@ -14,37 +14,47 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from appliance.access import grants as grant_rules
+from appliance.access import keys as key_rules
 from appliance.access import principals, visibility
 from appliance.catalogue import store
 from appliance.db import SyncReader
 from appliance.errors import InvalidParams, NotFound
-from appliance.gateway.admin import grants, keys, people
+from appliance.gateway.admin import catalogue, grants, keys, people
 from appliance.models import Principal, Tool, Toolkit
 
 if TYPE_CHECKING:
     from appliance.gateway.runtime import Runtime
 
 PRELOAD_MAX = 1000
+ROWS_PER_PAGE = 50  # agents on a page of the list
+GRANTABLE_MAX = 50  # toolkits offered at once by "Add tool" (a search narrows them)
 
 
-async def agent_rows(rt: Runtime, actor: Principal) -> list[dict[str, Any]]:
-    """Every agent ``actor`` manages, with its user's name, its grant count and live key count."""
-    agents = await people.list_agents(rt, actor)
-    users = {actor.user_id: actor.name}
-    if actor.is_admin or actor.operator:
-        users = {u["id"]: u["name"] for u in await people.list_users(rt, actor)}
+async def agent_rows(
+    rt: Runtime, actor: Principal, *, page: str | int | None = None, per_page: int = ROWS_PER_PAGE
+) -> dict[str, Any]:
+    """One page of the agents ``actor`` manages (in id order), each with its user's name, its
+    grant count and live key count; the total and the page count. Every statement is bounded
+    by the page: the counts are read for its agents only."""
+    number = catalogue.page_number(page)
     async with rt.db.read() as conn:
-        held = await grant_rules.grant_counts(conn, actor)
-    listed = await keys.list_keys(rt, actor)
-    return [
+        total, agents = await principals.agents_page(
+            conn, actor, offset=(number - 1) * per_page, limit=per_page
+        )
+        ids = [a["id"] for a in agents]
+        users = await principals.user_names(conn, sorted({a["user_id"] for a in agents}))
+        held = await grant_rules.grant_counts_of(conn, ids)
+        live = await key_rules.live_key_counts(conn, ids)
+    rows = [
         {
             **agent,
             "user": users.get(agent["user_id"], ""),
             "grant_count": held.get(agent["id"], 0),
-            "live_keys": sum(1 for k in listed if k["agent_id"] == agent["id"] and not k["revoked_at"]),
+            "live_keys": live.get(agent["id"], 0),
         }
         for agent in agents
     ]
+    return {"agents": rows, "total": total, "page": number, "pages": max(1, -(-total // per_page))}
 
 
 async def agent_principal(rt: Runtime, actor: Principal, agent_id: int) -> Principal:
@@ -53,37 +63,35 @@ async def agent_principal(rt: Runtime, actor: Principal, agent_id: int) -> Princ
         return await principals.agent_principal(conn, actor, agent_id)
 
 
-def _reached(r: SyncReader, agent: Principal) -> list[Toolkit]:
-    """The toolkits the agent's user reaches: what a grant to the agent can give."""
-    user = dataclasses.replace(agent, agent_id=None, agent_name=None, preload=())
-    return store.list_toolkits_in(r, scope=visibility.scope_in(r, user))
-
-
-async def agent_page(rt: Runtime, actor: Principal, agent_id: int) -> dict[str, Any]:
+async def agent_page(
+    rt: Runtime, actor: Principal, agent_id: int, *, kit: str | None = None
+) -> dict[str, Any]:
     """One agent: its user, grants (and the defaults it gets without one), keys, and the
-    toolkits a grant could give it."""
+    toolkits a grant could give it: those its user reaches (own, published, defaults; an
+    admin's also the platform's) matching ``kit`` (slug or title), at most ``GRANTABLE_MAX``
+    of them, with how many match in all, so the page stays the same size at any catalogue."""
+    text = catalogue.search_text(kit, field="kit")
     acting = await agent_principal(rt, actor, agent_id)
     agent = await people.get_agent(rt, actor, agent_id)
     held = await grants.list_grants(rt, actor, agent_id=agent_id)
     listed = await keys.list_keys(rt, actor, agent_id=agent_id)
+    user = dataclasses.replace(acting, agent_id=None, agent_name=None, preload=())
+
+    def read(r: SyncReader) -> tuple[int, list[dict[str, Any]], list[dict[str, Any]]]:
+        scope = visibility.scope_in(r, user)
+        return grant_rules.grantable_in(r, scope, agent_id, text=text, limit=GRANTABLE_MAX)
+
     async with rt.db.read() as conn:
-        reached = await conn.batch(lambda r: _reached(r, acting))
-    granted = {(g["project"], g["toolkit"]) for g in held}
+        matching, grantable, defaults = await conn.batch(read)
     return {
         "agent": agent,
         "user": acting.name,
         "grants": held,
         "keys": listed,
-        "grantable": [
-            {"slug": k.slug, "project": k.project, "title": k.title or k.slug, "default": k.is_default}
-            for k in reached
-            if (k.project, k.slug) not in granted
-        ],
-        "defaults": [
-            {"slug": k.slug, "project": k.project, "title": k.title or k.slug}
-            for k in reached
-            if k.is_default and (k.project, k.slug) not in granted
-        ],
+        "kit": text,
+        "grantable": grantable,
+        "grantable_total": matching,
+        "defaults": defaults,
     }
 
 

@@ -37,7 +37,8 @@ def _choice(value: str | None, allowed: tuple[str, ...], field: str) -> str | No
     return value
 
 
-def _page_number(value: str | int | None) -> int:
+def page_number(value: str | int | None) -> int:
+    """A page's number from a query (empty: the first), refused naming the field ``page``."""
     if value is None or value == "":
         return 1
     if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) <= 6):
@@ -48,12 +49,13 @@ def _page_number(value: str | int | None) -> int:
     return number
 
 
-def _text(value: str | None) -> str:
+def search_text(value: str | None, *, field: str = "q") -> str:
+    """Words a page is searched by (empty: no search), refused naming ``field``."""
     text = (value or "").strip()
     if len(text) > TEXT_MAX:
-        raise InvalidParams(f"'q' must be at most {TEXT_MAX} characters", field="q")
+        raise InvalidParams(f"'{field}' must be at most {TEXT_MAX} characters", field=field)
     if not text.isprintable():
-        raise InvalidParams("'q' must be printable text", field="q")
+        raise InvalidParams(f"'{field}' must be printable text", field=field)
     return text
 
 
@@ -74,9 +76,9 @@ async def toolkit_cards(
         project=None if not project else check_project(project),
         type=_choice(type, toolkit_pages.TYPES, "type"),
         health=_choice(health, toolkit_pages.HEALTHS, "health"),
-        text=_text(q),
+        text=search_text(q),
     )
-    number = _page_number(page)
+    number = page_number(page)
 
     def gather(r: SyncReader) -> tuple[int, list[dict[str, Any]], list[str]]:
         total, cards = toolkit_pages.page_in(r, filters, offset=(number - 1) * per_page, limit=per_page)

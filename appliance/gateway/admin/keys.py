@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from appliance.access import keys, principals
+from appliance.access import keys, policy, principals
 from appliance.errors import Conflict, InvalidParams, NotFound
 from appliance.gateway.admin.people import no_such_user, user_id
 from appliance.models import Principal
@@ -41,10 +41,13 @@ async def issue(
     name: Any = "",
     expires_at: Any = None,
     preload: Any = None,
+    read_only: Any = False,
 ) -> tuple[str, dict[str, Any]]:
     """A new key (its secret and its listing) for ``user`` (None: the agent's, else the actor's)
     or for agent ``agent_id``, which must then act for ``user`` if one is named."""
     principals.require_person(actor)
+    if not policy.check_flag(read_only):
+        policy.require_unguarded(actor, "issue a key that is not read-only")
     if name != "":
         name = principals.check_name(name)
     expiry = keys.parse_expiry(expires_at)
@@ -69,7 +72,7 @@ async def issue(
             owner = actor.user_id
         await principals.get_user(tx, owner)
         return await keys.create_key(
-            tx, owner, name=name, agent_id=agent_id, expires_at=expiry, preload=preload
+            tx, owner, name=name, agent_id=agent_id, expires_at=expiry, preload=preload, read_only=read_only
         )
 
 
@@ -84,6 +87,19 @@ async def revoke(rt: Runtime, actor: Principal, prefix: str) -> dict[str, Any]:
             # Nobody locks themselves out by accident: revoke it with another key.
             raise Conflict("this is the key making the request; revoke it with another key", field="prefix")
         return await keys.revoke(tx, prefix)
+
+
+async def set_read_only(rt: Runtime, actor: Principal, prefix: str, read_only: Any) -> dict[str, Any]:
+    """Make a key read-only (only read tools run) or lift that; its agent's flag still counts
+    (``effective_read_only``): an agent's state never widens a key."""
+    principals.require_person(actor)
+    policy.require_unguarded(actor)
+    flag = policy.check_flag(read_only)
+    async with rt.db.write() as tx:
+        found = await keys.key_info(tx, prefix)
+        if found is None or not principals.manages(actor, int(found["user_id"])):
+            raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
+        return await keys.set_read_only(tx, prefix, flag)
 
 
 def check_admin_key(key: str) -> None:

@@ -132,10 +132,19 @@ async def get_agent(rt: Runtime, actor: Principal, agent_id: int) -> dict[str, A
 
 
 async def update_agent(
-    rt: Runtime, actor: Principal, agent_id: int, *, name: Any = None, preload: Any = None
+    rt: Runtime,
+    actor: Principal,
+    agent_id: int,
+    *,
+    name: Any = None,
+    preload: Any = None,
+    read_only: Any = None,
 ) -> dict[str, Any]:
+    """Rename it, set its preloaded tools, or make every key of it read-only (or not)."""
     async with rt.db.write() as tx:
-        return await principals.update_agent(tx, actor, agent_id, name=name, preload=preload)
+        return await principals.update_agent(
+            tx, actor, agent_id, name=name, preload=preload, read_only=read_only
+        )
 
 
 async def delete_agent(rt: Runtime, actor: Principal, agent_id: int) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from appliance.access import principals
 from appliance.errors import NotFound
-from appliance.gateway.admin import keys, ledger, people
+from appliance.gateway.admin import catalogue, keys, ledger, people
 from appliance.ledger import history
 from appliance.ledger.amounts import credits
 from appliance.models import Principal
@@ -20,21 +20,26 @@ from appliance.models import Principal
 if TYPE_CHECKING:
     from appliance.gateway.runtime import Runtime
 
+ROWS_PER_PAGE = 50  # users on a page of the list
 
-async def user_rows(rt: Runtime, actor: Principal) -> list[dict[str, Any]]:
-    """Every user with their balance and agent count (admins only)."""
-    users = await people.list_users(rt, actor)  # the admin check
-    agents = await people.list_agents(rt, actor)
+
+async def user_rows(
+    rt: Runtime, actor: Principal, *, page: str | int | None = None, per_page: int = ROWS_PER_PAGE
+) -> dict[str, Any]:
+    """One page of the users (admins only; in id order), each with their balance and agent
+    count; the total and the page count. The sums are read for the page's users only."""
+    principals.require_admin(actor)
+    number = catalogue.page_number(page)
     async with rt.db.read() as conn:
-        owed = await history.balances(conn)
-    return [
-        {
-            **user,
-            "balance": credits(owed.get(user["id"], 0)),
-            "agents": sum(1 for a in agents if a["user_id"] == user["id"]),
-        }
+        total, users = await principals.users_page(conn, offset=(number - 1) * per_page, limit=per_page)
+        ids = [u["id"] for u in users]
+        owed = await history.balances_of(conn, ids)
+        agents = await principals.agent_counts(conn, ids)
+    rows = [
+        {**user, "balance": credits(owed.get(user["id"], 0)), "agents": agents.get(user["id"], 0)}
         for user in users
     ]
+    return {"users": rows, "total": total, "page": number, "pages": max(1, -(-total // per_page))}
 
 
 async def user_page(rt: Runtime, actor: Principal, user_id: int) -> dict[str, Any]:
@@ -44,7 +49,8 @@ async def user_page(rt: Runtime, actor: Principal, user_id: int) -> dict[str, An
     if not (actor.is_admin or actor.operator) and user_id != actor.user_id:
         raise people.no_such_user(user_id)
     user = await people.get_user(rt, actor, user_id)
-    agents = [a for a in await people.list_agents(rt, actor) if a["user_id"] == user_id]
+    async with rt.db.read() as conn:  # this user's agents only (LIMIT -1: all of them)
+        _, agents = await principals.agents_page(conn, actor, offset=0, limit=-1, user_id=user_id)
     listed = await keys.list_keys(rt, actor, user=user_id)
     account = await ledger.account(rt, actor, user_id)
     async with rt.db.read() as conn:

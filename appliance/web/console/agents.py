@@ -41,11 +41,11 @@ def notice(request: Request) -> str:
 async def agents(request: Request) -> HTTPResponse:
     rt, viewer = request.app.ctx.rt, request.ctx.viewer
     try:
-        rows = await agent_pages.agent_rows(rt, viewer)
+        found = await agent_pages.agent_rows(rt, viewer, page=request.args.get("page"))
         users = await people.list_users(rt, viewer) if viewer.is_admin else []
     except ApplianceError as exc:
         return failure(request, exc)
-    return render("agents.html", _context(request, agents=rows, users=users, notice=notice(request)))
+    return render("agents.html", _context(request, users=users, notice=notice(request), **found))
 
 
 def _user_choice(request: Request) -> int | None:
@@ -76,11 +76,19 @@ def _agent_page(request: Request, found: dict[str, object], *, new_key: str = ""
 
 @bp.get("/agents/<agent_id:int>")
 async def agent(request: Request, agent_id: int) -> HTTPResponse:
+    """The agent's page; with ``HX-Request``, only its "Add tool" form, narrowed by ``kit``
+    (the search field swaps it as you type)."""
+    rt, viewer = request.app.ctx.rt, request.ctx.viewer
     try:
-        found = await agent_pages.agent_page(request.app.ctx.rt, request.ctx.viewer, agent_id)
+        found = await agent_pages.agent_page(rt, viewer, agent_id, kit=request.args.get("kit"))
     except ApplianceError as exc:
         return failure(request, exc)
-    return _agent_page(request, found)
+    if request.headers.get("hx-request"):
+        resp = render("_grantable.html", _context(request, **found))
+    else:
+        resp = _agent_page(request, found)
+    resp.headers["Vary"] = "HX-Request"
+    return resp
 
 
 def _kit_choice(request: Request) -> tuple[str, str]:

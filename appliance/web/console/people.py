@@ -29,11 +29,13 @@ _NOTICES = {
 @bp.get("/users")
 async def users(request: Request) -> HTTPResponse:
     try:
-        rows = await user_pages.user_rows(request.app.ctx.rt, request.ctx.viewer)
+        found = await user_pages.user_rows(
+            request.app.ctx.rt, request.ctx.viewer, page=request.args.get("page")
+        )
     except ApplianceError as exc:
         return failure(request, exc)
     done = _NOTICES.get(request.args.get("done", ""), "")
-    return render("users.html", _context(request, users=rows, notice=done))
+    return render("users.html", _context(request, notice=done, **found))
 
 
 @bp.post("/users")

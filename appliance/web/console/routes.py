@@ -193,7 +193,12 @@ def _notice(request: Request) -> str:
     """What the POST before this page did, from fixed words and counts only (never echoed text)."""
     done = request.args.get("done")
     if done == "approved":
-        return f"Approved {_plural(_count(request, 'n'), 'tool')}."
+        approved = f"Approved {_plural(_count(request, 'n'), 'tool')}."
+        held = _count(request, "held")
+        if held:
+            flagged = _plural(held, "tool")
+            return f"{approved} {flagged} flagged by screening still pending: approve each by name."
+        return approved
     if done == "access":
         return "Access saved."
     if done == "allowed":
@@ -303,7 +308,8 @@ async def change_toolkit(request: Request, project: str, slug: str, action: str)
             name = _field(request, "tool")
             tools = None if _field(request, "all") == "1" and not name else [name]
             approved = await catalogue.approve_tools(rt, viewer, slug, project, tools)
-            return _back(request, action, n=len(approved["approved"]))
+            held = {"held": len(approved["held"])} if approved["held"] else {}
+            return _back(request, action, n=len(approved["approved"]), **held)
         if action == "access":
             default = None
             if viewer.is_admin:  # only an admin's form has the box; its absence means "no"

@@ -82,9 +82,9 @@ def test_only_unsupported_required_bodies_are_skipped():
 
 def test_kubernetes_converts_fast_with_bounded_schemas():
     data = (FIXTURES / "kubernetes-swagger.json").read_bytes()
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: the wall clock reads a loaded machine's queue
     kit = convert_openapi(parse_document(data, source="", max_bytes=LIMIT), "k8s")
-    elapsed = time.perf_counter() - started
+    elapsed = time.thread_time() - started
     sizes = sorted(len(json.dumps(t.input_schema)) for t in kit.tools)
     assert elapsed < 3.0
     assert sizes[-1] < 40_000

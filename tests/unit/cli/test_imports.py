@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from appliance.cli import main
+from tests.support.chat_server import ChatServer
 from tests.support.inprocess import initialise
 from tests.support.leaks import assert_no_leak
 
@@ -15,9 +16,9 @@ TOKEN = "cli-token-0123456789abcdef"
 API = "http://127.0.0.1:9"
 
 
-def invoke(data: Path, *args: str) -> Result:
-    env = {"TOOLSPOKE_DATA_DIR": str(data), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32"}
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+def invoke(data: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    full = {"TOOLSPOKE_DATA_DIR": str(data), "ALLOWED_TOOL_CIDRS": "127.0.0.1/32", **(env or {})}
+    return CliRunner().invoke(main, list(args), env=full, catch_exceptions=False)
 
 
 def examples(tmp_path: Path, text: str) -> str:
@@ -43,6 +44,23 @@ def test_a_dry_run_lists_each_tool_with_what_it_came_from_and_stores_nothing(tmp
     assert_no_leak(done.output, TOKEN, where="in the CLI's output")
     listed = invoke(data, "toolkits", "--json")
     assert "items" not in [k["slug"] for k in json.loads(listed.stdout)]
+
+
+def test_a_dry_run_says_which_names_and_descriptions_the_model_gave(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    initialise(data)
+    source = examples(tmp_path, f"curl -H 'X-API-Key: {TOKEN}' {API}/v1/items/1\n")
+    with ChatServer() as chat:
+        env = {"TOOLSPOKE_INFER_CHAT_URL": chat.base_url, "TOOLSPOKE_INFER_CHAT_MODEL": "namer"}
+        done = invoke(data, "import", "examples", source, "--slug", "items", "--dry-run", env=env)
+        sent = chat.sent()
+    assert done.exit_code == 0, done.output
+    assert (
+        "pending  read         items__fetch_get_item  GET /v1/items/{item_id}  "
+        "(from line 1; name and description by the model)" in done.stdout
+    )
+    assert "note: 1 of 1 tool(s) named or described by the model namer" in done.stderr
+    assert_no_leak(done.output + sent, TOKEN, where="in the CLI's output or what the model was sent")
 
 
 def test_an_import_leaves_the_tools_pending_until_approved_by_name(tmp_path: Path) -> None:

@@ -65,9 +65,9 @@ def test_an_agents_page_offers_what_its_user_reaches_and_its_defaults(tmp_path: 
         assert [k["slug"] for k in page["defaults"]] == ["dflt"]
         # an admin opening u1's agent is offered u1's reach, not the admin's own
         assert await agent_pages.agent_page(rt, admin, built.agent_ids[0]) == page
-        rows = await agent_pages.agent_rows(rt, u2)
+        rows = (await agent_pages.agent_rows(rt, u2))["agents"]
         assert [(r["name"], r["grant_count"], r["live_keys"]) for r in rows] == [("a1", 1, 1)]
-        assert len(await agent_pages.agent_rows(rt, admin)) == 2
+        assert len((await agent_pages.agent_rows(rt, admin))["agents"]) == 2
 
     run(tmp_path, body)
 

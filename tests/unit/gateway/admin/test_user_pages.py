@@ -22,7 +22,7 @@ def test_the_list_is_an_admins_and_a_page_is_its_users_or_an_admins(tmp_path: Pa
     async def body(rt: Runtime, built: worlds.Built, people: list[Any]) -> None:
         admin, u1, u2 = people[:3]
         await ledger.grant_credit(rt, admin, built.user_ids[1], 2.5, note="hello")
-        rows = {r["name"]: r for r in await user_pages.user_rows(rt, admin)}
+        rows = {r["name"]: r for r in (await user_pages.user_rows(rt, admin))["users"]}
         assert (rows["u1"]["balance"], rows["u1"]["agents"]) == (2.5, 1)
         assert rows["u2"]["balance"] == 0
         with pytest.raises(Forbidden):
