@@ -1,8 +1,7 @@
 -- What agents did with their searches (issue 22, item 7): one row per search_tools use case
 -- by a keyed caller, written once its outcome is known: the result the same caller then
 -- called (its 1-based rank among the names shown) or, past the window, a miss (rank NULL).
--- Never a call's arguments. Bounded by age and row count (search/usage.prune_in). 0020 is
--- another branch's (db/migrate.py reserves it).
+-- Never a call's arguments. Bounded by age and row count (search/usage.prune_in).
 CREATE TABLE search_usage (
     id        INTEGER PRIMARY KEY,
     at        REAL NOT NULL,            -- when the search was made (Unix seconds)

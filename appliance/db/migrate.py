@@ -25,9 +25,8 @@ def default_migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-# Numbers handed to parallel branches in session 3 that none of them needed: never used. 20 is
-# a parallel branch's (issue 22), missing here until it lands.
-_RESERVED: frozenset[int] = frozenset({8, 9, 20})
+# Numbers handed to parallel branches in session 3 that none of them needed: never used.
+_RESERVED: frozenset[int] = frozenset({8, 9})
 
 
 def discover(directory: Path) -> list[tuple[int, str, Path]]:
