@@ -47,6 +47,7 @@ ROOMS = (
     "egress",
     "children",
     "mcpclient",
+    "oauthclient",
 )
 FACES = ("rpc", "web", "cli")
 # the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and the MCP client alike
@@ -72,14 +73,22 @@ IMPORTS: dict[str, frozenset[str]] = {
     "children": FLOOR | {"models", "config", "secret", PROTOCOL},
     # the MCP client speaks over both: the one room that stands on other rooms
     "mcpclient": FLOOR | {"models", "config", "secret", PROTOCOL, "egress", "children"},
+    # OAuth 2.1 as an MCP client (issue 19): metadata, registration and tokens over HTTP egress;
+    # the MCP client takes it through its own HttpAuth protocol, never by import
+    "oauthclient": FLOOR | {"config", "secret", "egress"},
     "gateway": FLOOR | {"secret", "config", "models", PROTOCOL, "db", *ROOMS},
     "rpc": FLOOR | {"models", PROTOCOL, "gateway"},
     "web": FLOOR | {"config", "models", PROTOCOL, "gateway", "rpc"},
     "cli": FLOOR | {"config", "models", "gateway", "web"},
     "__main__": frozenset({"cli"}),
 }
-# the MCP client over HTTP egress and the stdio children: the two pairs of rooms that may meet
-CLIENT_OVER = {frozenset(("mcpclient", "egress")), frozenset(("mcpclient", "children"))}
+# the MCP client over HTTP egress and the stdio children, and the OAuth client over HTTP egress:
+# the pairs of rooms that may meet
+CLIENT_OVER = {
+    frozenset(("mcpclient", "egress")),
+    frozenset(("mcpclient", "children")),
+    frozenset(("oauthclient", "egress")),
+}
 NEVER = frozenset(
     {frozenset((a, b)) for i, a in enumerate(ROOMS) for b in ROOMS[i + 1 :]} - CLIENT_OVER  # rooms apart
     | {frozenset((face, low)) for face in FACES for low in ("db", *ROOMS)}  # faces via gateway

@@ -241,6 +241,24 @@ class Settings:
         values.positive(int),
         "Upper bound on `limit` for `search_tools` and `toolspoke search`.",
     )
+    # -- OAuth as an MCP client (oauthclient/; docs/security.md) -------------------------------
+    public_url: str | None = _setting(
+        "TOOLSPOKE_PUBLIC_URL",
+        None,
+        values.base_url,
+        "The appliance's own base URL as browsers and authorization servers reach it, e.g. "
+        "https://toolspoke.example.com. OAuth authorizations return to `<it>/oauth/callback`, and "
+        "`<it>/oauth/client-metadata.json` is the appliance's OAuth Client ID Metadata Document. Unset: "
+        "no OAuth authorization of upstreams.",
+    )
+    oauth_client_metadata_url: str | None = _setting(
+        "TOOLSPOKE_OAUTH_CLIENT_METADATA_URL",
+        None,
+        values.client_id_url,
+        "Where the appliance's Client ID Metadata Document is published, when authorization servers "
+        "cannot fetch it from the appliance (a private network): an https URL serving a copy of "
+        "`/oauth/client-metadata.json`. It is the appliance's OAuth client_id. Default: the public URL's.",
+    )
     # -- semantic search (gateway/semantic.py; docs/search.md) ---------------------------------
     embeddings: str = _setting(
         "TOOLSPOKE_EMBEDDINGS",

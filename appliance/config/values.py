@@ -11,6 +11,7 @@ import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from appliance.secret import Secret
 
@@ -60,6 +61,34 @@ def proxy_url(raw: Any) -> str:
         raise ValueError(f"{text!r} is not http://host:port")
     port(port_text)
     return f"http://{host}:{int(port_text)}"
+
+
+def base_url(raw: Any) -> str | None:
+    """Empty, or an absolute http(s) URL without credentials, query or fragment (no trailing /)."""
+    text = str(raw).strip().rstrip("/")
+    if not text:
+        return None
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 (raises on a malformed port)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a URL") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{text!r} is not an http(s) URL")
+    if "@" in parts.netloc or parts.query or parts.fragment or "?" in text or "#" in text:
+        raise ValueError(f"{text!r} must not carry credentials, a query or a fragment")
+    return text
+
+
+def client_id_url(raw: Any) -> str | None:
+    """Empty, or an https URL with a path (an OAuth Client ID Metadata Document's URL)."""
+    text = base_url(raw)
+    if text is None:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme != "https" or parts.path in ("", "/"):
+        raise ValueError(f"{text!r} is not an https URL with a path")
+    return text
 
 
 def port(raw: Any) -> int:

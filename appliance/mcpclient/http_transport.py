@@ -28,7 +28,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import orjson
@@ -49,6 +49,20 @@ _SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")  # visible ASCII (2025-11-25 ses
 _EVENT_ID = re.compile(r"[\x20-\x7e]{1,1024}")  # what we send back as Last-Event-ID
 _RESUME_ATTEMPTS = 3  # GET reconnects per request stream, at most
 _DEFAULT_RETRY_MS = 1000  # no ``retry`` field seen: the usual EventSource reconnection time
+_AUTH_ROUNDS = 4  # sends of one message at most while its credential answers challenges
+
+
+class HttpAuth(Protocol):
+    """A credential that answers challenges (``oauthclient.connector.OAuthConnector``).
+
+    ``headers`` are added to every request; on a 401 or 403 the transport hands over the
+    status, the ``WWW-Authenticate`` header and the headers it had sent, and sends the
+    request again when ``challenged`` answers True (a refused request did not act upstream).
+    """
+
+    async def headers(self) -> dict[str, str]: ...
+
+    async def challenged(self, status: int, www_authenticate: str | None, sent: dict[str, str]) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -168,8 +182,10 @@ class StreamableHttpTransport:
         headers: dict[str, str] | None = None,
         *,
         max_bytes: int | None = None,
+        auth: HttpAuth | None = None,
     ) -> None:
         self.egress = egress
+        self.auth = auth
         # Parsed and vetted once; the egress client checks it again per request (cheaply: an
         # httpx.URL is not parsed twice) and resolves its host again every time.
         self.target = egress.check_url(url)
@@ -212,13 +228,41 @@ class StreamableHttpTransport:
         if self._session is None:
             raise RuntimeError("start() the transport first")
         session = self._session
+        content = orjson.dumps(message)
+        for _ in range(_AUTH_ROUNDS):
+            headers = self._headers(message)
+            if self.auth is not None:
+                headers.update(await self.auth.headers())
+            refused = await self._post(message, headers, content, session, timeout_s)
+            if refused is None:
+                return
+            status, www_authenticate = refused
+            assert self.auth is not None
+            if not await self.auth.challenged(status, www_authenticate, headers):
+                raise UpstreamError(
+                    f"{self.host} rejected the credentials (HTTP {status})",
+                    reason="upstream_unavailable",
+                    data={"status": status},
+                )
+        raise UpstreamError(
+            f"{self.host} kept rejecting the credentials after {_AUTH_ROUNDS} attempts",
+            reason="upstream_unavailable",
+        )
+
+    async def _post(
+        self,
+        message: dict[str, Any],
+        headers: dict[str, str],
+        content: bytes,
+        session: McpSession,
+        timeout_s: float | None,
+    ) -> tuple[int, str | None] | None:
+        """One POST of ``message``; (status, challenge) when the credential must answer first."""
         is_request = "method" in message and "id" in message
         origin: RequestId | None = message["id"] if is_request else None
-        headers = self._headers(message)
         legacy_request = SESSION_HEADER in headers
         # 2025 era only (no modern metadata header): a broken request stream may be resumed.
         resumable = is_request and METHOD_HEADER not in headers
-        content = orjson.dumps(message)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (self.egress.timeout_s if timeout_s is None else timeout_s)
         broken: SseDecoder | None = None
@@ -234,11 +278,13 @@ class StreamableHttpTransport:
             if status == 404 and legacy_request:
                 self.session_id = None
                 raise SessionExpired(f"{self.host} no longer knows our session (HTTP 404)")
+            if status in (401, 403) and self.auth is not None:
+                return status, answer.headers.get("www-authenticate")
             if status >= 400:
                 await self._refusal(answer, origin, session)
-                return
+                return None
             if not is_request:
-                return  # a notification or a reply: 202 and nothing to read
+                return None  # a notification or a reply: 202 and nothing to read
             if status == 202:
                 raise UpstreamError(
                     f"{self.host} accepted a request without answering it", reason="upstream_invalid"
@@ -260,6 +306,7 @@ class StreamableHttpTransport:
                 )
         if broken is not None:  # the POST's connection is closed by now
             await self._resume(broken, origin, session, deadline)
+        return None
 
     async def _read_events(
         self,
@@ -313,6 +360,8 @@ class StreamableHttpTransport:
                 )
             await asyncio.sleep(retry_ms / 1000)
             headers = {**self.headers, "Accept": "text/event-stream", "Last-Event-ID": last_id}
+            if self.auth is not None:
+                headers.update(await self.auth.headers())
             if self._legacy_version:
                 headers[VERSION_HEADER] = self._legacy_version
             if self.session_id:
@@ -363,6 +412,9 @@ class StreamableHttpTransport:
         if not session_id:
             return
         headers = {**self.headers, SESSION_HEADER: session_id}
+        if self.auth is not None:
+            with contextlib.suppress(UpstreamError):
+                headers.update(await self.auth.headers())
         if self._legacy_version:
             headers[VERSION_HEADER] = self._legacy_version
         try:
@@ -491,15 +543,16 @@ async def connect_http(
     session_options: dict[str, Any] | None = None,
     prefer_modern: bool = True,
     max_bytes: int | None = None,
+    auth: HttpAuth | None = None,
 ) -> McpSession:
     """A connected session to the MCP server at ``url`` (era negotiated; close it with aclose).
 
     Streamable HTTP first (modern, then the initialize handshake; ``prefer_modern=False``
     skips the probe); legacy HTTP+SSE on the same URL only when the POST of ``initialize``
     is refused with 400/404/405. ``session_options`` go to ``McpSession`` (e.g.
-    ``on_tools_changed``).
+    ``on_tools_changed``). ``auth`` answers 401/403 challenges (OAuth; streamable HTTP only).
     """
-    transport = StreamableHttpTransport(egress, url, headers, max_bytes=max_bytes)
+    transport = StreamableHttpTransport(egress, url, headers, max_bytes=max_bytes, auth=auth)
     with contextlib.suppress(Refused):  # the POST of initialize refused: try legacy HTTP+SSE
         return await _connected(transport, client_info, session_options, timeout_s, modern=prefer_modern)
     return await connect_sse(

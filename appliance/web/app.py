@@ -33,6 +33,7 @@ from appliance.web import (
     demo,
     mcp,
     metrics,
+    oauth,
     refusals,
     shutdown,
     sse,
@@ -96,6 +97,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_sync.bp)  # re-sync, approval, reclassification
     app.blueprint(sse.bp)  # legacy HTTP+SSE transport: GET /sse, POST /messages
     app.blueprint(console.bp)  # the admin console: /console/
+    app.blueprint(oauth.bp)  # the appliance as an OAuth client: its client metadata document
     if settings.demo:
         app.blueprint(demo.bp)
 

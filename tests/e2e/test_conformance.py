@@ -32,7 +32,62 @@ pytestmark = pytest.mark.e2e
 FIXTURE = REPO / "tests" / "support" / "conformance_server.py"
 CLIENT = REPO / "tests" / "support" / "conformance_client.py"
 ENDPOINTS = {"/mcp/conformance": "/mcp/conformance", "bridge /mcp": "/mcp"}
-CLIENT_SCENARIOS = ("initialize", "tools_call", "sse-retry")
+# The authorization scenarios (issue 19): the upstream client with its OAuth connector.
+AUTH_SCENARIOS = tuple(
+    f"auth/{name}"
+    for name in (
+        "metadata-default",
+        "metadata-var1",
+        "metadata-var2",
+        "metadata-var3",
+        "basic-cimd",
+        "scope-from-www-authenticate",
+        "scope-from-scopes-supported",
+        "scope-omitted-when-undefined",
+        "scope-step-up",
+        "scope-retry-limit",
+        "token-endpoint-auth-basic",
+        "token-endpoint-auth-post",
+        "token-endpoint-auth-none",
+        "pre-registration",
+        "2025-03-26-oauth-metadata-backcompat",
+        "2025-03-26-oauth-endpoint-fallback",
+        "resource-mismatch",
+        "offline-access-scope",
+        "offline-access-not-supported",
+        "authorization-server-migration",
+        "iss-supported",
+        "iss-not-advertised",
+        "iss-supported-missing",
+        "iss-wrong-issuer",
+        "iss-unexpected",
+        "iss-normalized",
+        "metadata-issuer-mismatch",
+        "client-credentials-basic",
+        # extensions the client does not implement: baselined with their reasons
+        "client-credentials-jwt",
+        "enterprise-managed-authorization",
+        "dpop",
+        "dpop-nonce",
+        "wif-jwt-bearer",
+    )
+)
+CLIENT_SCENARIOS = ("initialize", "tools_call", "sse-retry", *AUTH_SCENARIOS)
+# Scenarios whose client is expected to stop (the suite allows it): a refusal is the pass.
+CLIENT_MAY_FAIL = {
+    "auth/scope-retry-limit",
+    "auth/resource-mismatch",
+    "auth/iss-supported-missing",
+    "auth/iss-wrong-issuer",
+    "auth/iss-unexpected",
+    "auth/iss-normalized",
+    "auth/metadata-issuer-mismatch",
+    "auth/client-credentials-jwt",
+    "auth/enterprise-managed-authorization",
+    "auth/dpop",
+    "auth/dpop-nonce",
+    "auth/wif-jwt-bearer",
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +135,7 @@ class Runs:
     def client(self, scenario: str) -> suite.Run:
         key = ("client", scenario)
         if key not in self._done:
-            out = self._work / f"client-{scenario}"
+            out = self._work / f"client-{scenario.replace('/', '-')}"
             command = f"{shlex.quote(sys.executable)} {shlex.quote(str(CLIENT))}"
             args = ["--command", command, "--scenario", scenario, "--timeout", "20000"]
             self._done[key] = suite.run_suite("client", scenario, "(suite default)", args, out)
@@ -134,7 +189,8 @@ def test_client_scenarios_pass_with_the_gateway_as_the_client(
     run = runs.client(scenario)
     assert run.endpoint == scenario
     verdict = _judged(run, request)
-    assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
+    if scenario not in CLIENT_MAY_FAIL:
+        assert run.returncode == 0, f"{run.label}:\n{run.output[-3000:]}"
     _check(run, verdict)
 
 

@@ -74,8 +74,9 @@ def run_suite(mode: str, endpoint: str, spec: str, args: list[str], out: Path, t
     )
     run = Run(mode, endpoint, spec, done.returncode, done.stdout + done.stderr)
     prefix = "server-" if mode == "server" else ""
-    for checks in sorted(out.glob("*/checks.json")):
-        name = _STAMP.sub("", checks.parent.name).removeprefix(prefix)
+    for checks in sorted(out.rglob("checks.json")):
+        # auth/* scenarios are written one folder deeper: auth/<name>-<stamp>/
+        name = _STAMP.sub("", checks.parent.relative_to(out).as_posix()).removeprefix(prefix)
         run.scenarios[name] = json.loads(checks.read_text())
     if not run.scenarios:
         raise AssertionError(f"{run.label}: the suite wrote no results:\n{run.output[-3000:]}")

@@ -9,8 +9,9 @@ gateway's own CLI as an operator would:
     toolspoke import mcp URL --slug up          # the gateway connects and lists the tools
     toolspoke call up__<tool> --input '{...}'   # for every tool it listed
 
-So the gateway's MCP client (``appliance/upstream``) is what the harness observes. Exit 0
-when every step worked; the harness judges the traffic either way.
+So the gateway's MCP client (``appliance/mcpclient``) is what the harness observes. Exit 0
+when every step worked; the harness judges the traffic either way. The ``auth/*``
+scenarios go to ``conformance_oauth.py`` instead (the same client, with its OAuth connector).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: conformance_client.py SERVER_URL", file=sys.stderr)
         return 2
+    if os.environ.get("MCP_CONFORMANCE_SCENARIO", "").startswith("auth/"):
+        # OAuth needs a person's browser, and the connections that keep its tokens per user
+        # come later (issue 19): these scenarios drive the upstream client in process.
+        sys.path.insert(0, str(REPO))
+        from tests.support import conformance_oauth
+
+        return conformance_oauth.main(argv[-1])
     # The harness names its server http://localhost:PORT. The gateway's egress guard refuses
     # localhost *names* whatever ALLOWED_TOOL_CIDRS says (RFC 6761: never trust DNS for them),
     # so the operator writes the loopback literal, which the CIDR setting does allow.

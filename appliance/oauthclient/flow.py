@@ -1,0 +1,191 @@
+"""The authorization code flow with PKCE, and the token endpoint's grants.
+
+``begin`` builds the authorization request (PKCE S256, a fresh ``state``, RFC 8707's
+``resource``, the scopes chosen by the caller) and records what its answer is checked
+against: the ``state``, and the issuer of the validated metadata (RFC 9207).
+``code_from`` checks the redirect's parameters in the specification's order (state, then
+``iss`` as the 2026-07-28 table says, with simple string comparison, and only then an
+``error``), before any code goes to a token endpoint. ``exchange``, ``refresh`` and
+``client_credentials`` call the token endpoint with the client authentication the
+identity carries (none, ``client_secret_basic`` or ``client_secret_post``). A token answer
+must be a JSON object with a bearer ``access_token``; nothing else it says is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from appliance.egress.transport import Egress
+from appliance.oauthclient.challenge import scopes_of
+from appliance.oauthclient.discovery import ServerMetadata
+from appliance.oauthclient.documents import OAuthRefused, host_of, post
+from appliance.oauthclient.identity import ClientIdentity
+from appliance.secret import Secret
+
+DEFAULT_LIFETIME_S = 3600.0  # no expires_in: RFC 6749 leaves it to the server
+_MAX_TOKEN = 16384
+_MAX_LIFETIME_S = 366 * 86400.0
+
+
+@dataclass(frozen=True)
+class TokenSet:
+    access: Secret
+    expires_at: float
+    refresh: Secret | None = None
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One authorization request in flight: its URL and what its answer must match."""
+
+    url: str
+    state: str
+    verifier: Secret
+    redirect_uri: str
+    resource: str
+    scopes: tuple[str, ...]
+    identity: ClientIdentity
+    server: ServerMetadata
+
+
+def _challenge(verifier: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+
+
+def begin(
+    server: ServerMetadata,
+    identity: ClientIdentity,
+    *,
+    redirect_uri: str,
+    resource: str,
+    scopes: tuple[str, ...],
+) -> Pending:
+    verifier = secrets.token_urlsafe(64)  # 86 characters of the unreserved set (RFC 7636 §4.1)
+    state = secrets.token_urlsafe(32)
+    query = [
+        ("response_type", "code"),
+        ("client_id", identity.client_id),
+        ("redirect_uri", redirect_uri),
+        ("code_challenge", _challenge(verifier)),
+        ("code_challenge_method", "S256"),
+        ("state", state),
+        ("resource", resource),
+    ]
+    if scopes:
+        query.append(("scope", " ".join(scopes)))
+    endpoint = server.authorization_endpoint
+    joiner = "&" if "?" in endpoint else "?"
+    url = endpoint + joiner + urlencode(query, quote_via=quote)
+    return Pending(url, state, Secret(verifier), redirect_uri, resource, scopes, identity, server)
+
+
+def code_from(pending: Pending, params: Mapping[str, str]) -> Secret:
+    """The authorization code of the redirect ``params``, after every check; else OAuthRefused."""
+    state = params.get("state")
+    if not isinstance(state, str) or not hmac.compare_digest(state.encode(), pending.state.encode()):
+        raise OAuthRefused("the authorization response does not carry our state; ignored", step="callback")
+    iss = params.get("iss")
+    recorded = pending.server.issuer
+    if iss is not None and iss != recorded:  # RFC 9207 §2.4, no normalisation (2026-07-28)
+        raise OAuthRefused(
+            "the authorization response comes from another issuer than the one we asked (RFC 9207); "
+            "its code is not used",
+            step="callback",
+        )
+    if iss is None and pending.server.iss_parameter_supported:
+        raise OAuthRefused(
+            "the authorization response lacks the iss its server promised (RFC 9207); its code is not used",
+            step="callback",
+        )
+    error = params.get("error")
+    if error is not None:
+        code = error if error.replace("_", "").isalpha() and len(error) <= 40 else "invalid"
+        raise OAuthRefused(f"the authorization was refused ({code})", step="callback", error=code)
+    code_value = params.get("code")
+    if not isinstance(code_value, str) or not code_value or len(code_value) > _MAX_TOKEN:
+        raise OAuthRefused("the authorization response carries no code", step="callback")
+    return Secret(code_value)
+
+
+def _authenticated(identity: ClientIdentity, form: dict[str, str]) -> dict[str, str]:
+    """Put the client's authentication on a token request; the headers it needs."""
+    if identity.auth_method == "client_secret_basic" and identity.client_secret is not None:
+        # RFC 6749 §2.3.1: both parts form-urlencoded before the Basic encoding.
+        pair = f"{quote(identity.client_id, safe='')}:{quote(identity.client_secret.reveal(), safe='')}"
+        return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+    form["client_id"] = identity.client_id
+    if identity.auth_method == "client_secret_post" and identity.client_secret is not None:
+        form["client_secret"] = identity.client_secret.reveal()
+    return {}
+
+
+def tokens_from(doc: dict[str, Any], where: str, requested: tuple[str, ...], now: float) -> TokenSet:
+    access = doc.get("access_token")
+    kind = doc.get("token_type")
+    if not isinstance(access, str) or not access or len(access) > _MAX_TOKEN:
+        raise OAuthRefused(f"{where} answered without an access_token", step="token")
+    if not isinstance(kind, str) or kind.lower() != "bearer":
+        raise OAuthRefused(f"{where} answered a token that is not a bearer token", step="token")
+    expires = doc.get("expires_in")
+    lifetime = DEFAULT_LIFETIME_S
+    if isinstance(expires, int | float) and not isinstance(expires, bool) and expires > 0:
+        lifetime = min(float(expires), _MAX_LIFETIME_S)
+    refresh = doc.get("refresh_token")
+    if refresh is not None and (not isinstance(refresh, str) or not refresh or len(refresh) > _MAX_TOKEN):
+        raise OAuthRefused(f"{where} answered a malformed refresh_token", step="token")
+    scope = doc.get("scope")
+    granted = scopes_of(scope) if isinstance(scope, str) else requested
+    return TokenSet(Secret(access), now + lifetime, Secret(refresh) if refresh else None, granted)
+
+
+async def _token(
+    egress: Egress,
+    server: ServerMetadata,
+    identity: ClientIdentity,
+    form: dict[str, str],
+    requested: tuple[str, ...],
+) -> TokenSet:
+    headers = _authenticated(identity, form)
+    doc = await post(egress, server.token_endpoint, "token request", form=form, headers=headers)
+    return tokens_from(doc, f"the token endpoint of {host_of(server.token_endpoint)}", requested, time.time())
+
+
+async def exchange(egress: Egress, pending: Pending, code: Secret) -> TokenSet:
+    form = {
+        "grant_type": "authorization_code",
+        "code": code.reveal(),
+        "redirect_uri": pending.redirect_uri,
+        "code_verifier": pending.verifier.reveal(),
+        "resource": pending.resource,
+    }
+    return await _token(egress, pending.server, pending.identity, form, pending.scopes)
+
+
+async def refresh(
+    egress: Egress, server: ServerMetadata, identity: ClientIdentity, tokens: TokenSet, resource: str
+) -> TokenSet:
+    if tokens.refresh is None:
+        raise OAuthRefused("there is no refresh token to refresh with", step="token")
+    form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh.reveal(), "resource": resource}
+    fresh = await _token(egress, server, identity, form, tokens.scopes)
+    if fresh.refresh is None:  # RFC 6749 §6: the old refresh token stays valid unless replaced
+        fresh = TokenSet(fresh.access, fresh.expires_at, tokens.refresh, fresh.scopes)
+    return fresh
+
+
+async def client_credentials(
+    egress: Egress, server: ServerMetadata, identity: ClientIdentity, resource: str, scopes: tuple[str, ...]
+) -> TokenSet:
+    form = {"grant_type": "client_credentials", "resource": resource}
+    if scopes:
+        form["scope"] = " ".join(scopes)
+    return await _token(egress, server, identity, form, scopes)
