@@ -39,6 +39,7 @@ from appliance.gateway import artifacts, credentials, patterns
 from appliance.gateway.validation import validate_arguments
 from appliance.lore import formats
 from appliance.mcpclient import http_transport as mcp_http
+from appliance.oauthclient import challenge, documents
 from appliance.protocol import param_headers
 from appliance.rpc import jsonrpc
 from appliance.search import text
@@ -171,6 +172,15 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "examples_credentials._QUERY_WORDS": examples_credentials.credential_query,
     # A chat model's proposed tool name (length-checked first in parse_answer; here unbounded)
     "examples_naming._SNAKE": lambda s: examples_naming._SNAKE.fullmatch(s),
+    # An upstream's WWW-Authenticate (bounded at 8 KiB by challenge.parse; here unbounded) and
+    # an authorization server's error code and content type
+    "challenge._PARAM": lambda s: challenge._PARAM.match("a=" + s),
+    "challenge._SCHEME": lambda s: challenge._SCHEME.match(s),
+    "challenge._TOKEN68": lambda s: challenge._TOKEN68.match(s),
+    "challenge._SCOPE_TOKEN": challenge.scopes_of,
+    "challenge._unquote": lambda s: challenge._unquote('"' + s + '"'),
+    "documents._ERROR_CODE": lambda s: documents._ERROR_CODE.fullmatch(s),
+    "documents._JSON": lambda s: documents._JSON.fullmatch("application/" + s + "json"),
     # Secrets whose forms share prefixes with the hostile runs: the alternation is tried at
     # every position, so a near miss at each one must still cost a bounded amount.
     "secret.Redactor": Redactor(["AAAAAAAAAAAAAAAb", "aAaAaAaAaAaAaAaAx", "0.0.0.0.0.0.0.0.y"]).text,
