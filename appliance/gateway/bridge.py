@@ -170,9 +170,20 @@ RUNNERS = set(RUNNER_FOR_KIND.values())
 _GUARDS = frozenset({"additionalProperties", "minItems", "maxItems", "minLength", "maxLength", "minimum"})
 
 
+# A runner's ``approval`` is told to the model by the answer that asks for it (its text says
+# what to send), so tools/list need not spend its tokens on every task.
+_TOLD_WHEN_NEEDED = frozenset({"approval"})
+
+
 def _published(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _published(v) for k, v in node.items() if k not in _GUARDS}
+        return {
+            k: _published(
+                {p: v for p, v in v.items() if p not in _TOLD_WHEN_NEEDED} if k == "properties" else v
+            )
+            for k, v in node.items()
+            if k not in _GUARDS
+        }
     return node
 
 
