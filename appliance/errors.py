@@ -23,7 +23,11 @@
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
     │   ├── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
-    │   └── CallRefused                 403  -32006  read_only / policy_denied (call policy)
+    │   ├── CallRefused                 403  -32006  read_only / policy_denied (call policy)
+    │   │   └── ApprovalRefused         403  -32006  approval_<why>: a retry its approval does not cover
+    │   └── ApprovalRequired            403  -32007  approval_required (a pending approval's id, its
+    │                                                 queue's URL, how to retry); an isError result on
+    │                                                 tools/call (rpc/mcp.py)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -178,6 +182,23 @@ class CallRefused(Forbidden):
     def __init__(self, message: str, *, reason: str, **kw: Any):
         super().__init__(message, **kw)
         self.reason = reason
+
+
+class ApprovalRefused(CallRefused):
+    """A retry the approval it names does not cover (issue 20): unknown to this caller, for
+    other arguments or another tool, denied, used, expired, or given under an older call
+    policy (``approval_unknown``, ``approval_mismatch``, ``approval_denied``, ``approval_used``,
+    ``approval_expired``, ``approval_stale``). Nothing was sent or charged."""
+
+
+class ApprovalRequired(Forbidden):
+    """The call needs a person's yes first (an ``approve`` rule): ``data.approval`` holds the
+    pending approval's id, the URL of the console's queue and how to retry. Nothing was sent
+    or charged. Its own code: the client acts on it (shows the URL, retries once approved),
+    which neither a refusal for good (-32006) nor the rate limiter's -32001 would invite."""
+
+    rpc_code = -32007
+    reason = "approval_required"
 
 
 class RateLimited(ApplianceError):

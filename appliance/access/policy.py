@@ -3,8 +3,11 @@
 - **Read-only guard**: a read-only caller runs read tools only. A caller is read-only when
   its key is, its agent is, or the whole appliance is (the ``read_only`` setting, which the
   gateway passes in: this room does not read settings). An agent's state never widens a key.
-- **Rules per toolkit, per kind and per tool**: ``allow`` or ``deny``, for a toolkit's every
-  tool, for its tools of one kind, or for one tool (by full name, surviving a re-import).
+- **Rules per toolkit, per kind and per tool**: ``allow``, ``approve`` (a person's yes for
+  each call, ``access/approvals.py``) or ``deny``, for a toolkit's every tool, for its tools
+  of one kind, or for one tool (by full name, surviving a re-import). An ``approve`` rule
+  says who may approve: the toolkit's ``owner`` (or an admin; the default), an ``admin``, or
+  also the ``user`` the calling agent acts for.
   The most specific rule wins (tool over kind over toolkit); no rule at all is ``allow``.
   A rule binds every caller, the toolkit's owner and the operator included: it says what
   the appliance runs, not who may see.
@@ -25,7 +28,8 @@ from appliance.db import ReadConn, SyncReader, WriteTx
 from appliance.errors import Forbidden, InvalidParams
 from appliance.models import Principal
 
-ACTIONS = ("allow", "deny")
+ACTIONS = ("allow", "approve", "deny")
+APPROVERS = ("owner", "admin", "user")
 KINDS = ("read", "write", "destructive")
 READ_KINDS = frozenset({"read"})
 _MEMO = "call_policy"
@@ -40,6 +44,8 @@ class Rules:
     kinds: dict[tuple[int, str], str] = field(default_factory=dict)  # (toolkit id, kind) → action
     tools: dict[tuple[int, str], str] = field(default_factory=dict)  # (toolkit id, name) → action
     denied: frozenset[int] = frozenset()  # ids of the tools these rules deny (for search)
+    # who may approve, per ``approve`` rule: (toolkit id, tool name or "", kind or "") → approver
+    approvers: dict[tuple[int, str, str], str] = field(default_factory=dict)
 
     def rule(self, toolkit_id: int, name: str, kind: str) -> tuple[str, str] | None:
         """The rule that decides this tool, most specific first: (level, action); None: no rule."""
@@ -54,6 +60,11 @@ class Rules:
         action = self.toolkits.get(toolkit_id)
         return None if action is None else ("toolkit", action)
 
+    def approver(self, toolkit_id: int, name: str, kind: str, level: str) -> str:
+        """Who may approve under the ``approve`` rule at ``level`` that decided this tool."""
+        key = (toolkit_id, name, "") if level == "tool" else (toolkit_id, "", kind if level == "kind" else "")
+        return self.approvers.get(key, "owner")
+
 
 NO_RULES = Rules()
 
@@ -61,16 +72,17 @@ NO_RULES = Rules()
 def refusal(
     rules: Rules, toolkit_id: int, name: str, kind: str, *, read_only: bool
 ) -> tuple[str, str] | None:
-    """Why a call of this tool may not run: (reason, the rule's level or "read_only"); None: it may.
+    """Why a call of this tool may not run as it is: (reason, the rule's level or "read_only");
+    None: it may. ``approval_required``: it may run once a person approves it.
 
-    The read-only guard comes first: it does not depend on the toolkit's rules, and an
-    ``allow`` rule never lifts it."""
+    The read-only guard comes first: it does not depend on the toolkit's rules, and neither an
+    ``allow`` rule nor an approval lifts it."""
     if read_only and kind not in READ_KINDS:
         return "read_only", "read_only"
     found = rules.rule(toolkit_id, name, kind)
-    if found is not None and found[1] == "deny":
-        return "policy_denied", found[0]
-    return None
+    if found is None or found[1] == "allow":
+        return None
+    return ("policy_denied" if found[1] == "deny" else "approval_required"), found[0]
 
 
 def rules_in(r: SyncReader) -> Rules:
@@ -87,13 +99,16 @@ async def rules(conn: ReadConn) -> Rules:
 
 def _load(r: SyncReader) -> Rules:
     version = int(r.one("SELECT version FROM call_policy_version WHERE id = 1")[0])
-    rows = r.all("SELECT toolkit_id, tool_name, kind, action FROM call_policies")
+    rows = r.all("SELECT toolkit_id, tool_name, kind, action, approver FROM call_policies")
     if not rows:
         return Rules(version=version)
     toolkits: dict[int, str] = {}
     kinds: dict[tuple[int, str], str] = {}
     tools: dict[tuple[int, str], str] = {}
-    for kit, name, kind, action in rows:
+    approvers: dict[tuple[int, str, str], str] = {}
+    for kit, name, kind, action, approver in rows:
+        if action == "approve":
+            approvers[(int(kit), name, kind)] = approver
         if name:
             tools[(int(kit), name)] = action
         elif kind:
@@ -104,7 +119,7 @@ def _load(r: SyncReader) -> Rules:
     # rule has an entry there ("allow" when only its kinds or tools have rules).
     for kit, _ in (*kinds, *tools):
         toolkits.setdefault(kit, "allow")
-    decided = Rules(version, toolkits, kinds, tools)
+    decided = Rules(version, toolkits, kinds, tools, approvers=approvers)
     denied = [
         int(tool_id)
         for tool_id, kit, name, kind in r.all(
@@ -113,7 +128,7 @@ def _load(r: SyncReader) -> Rules:
         )
         if (found := decided.rule(int(kit), name, kind)) is not None and found[1] == "deny"
     ]
-    return Rules(version, toolkits, kinds, tools, frozenset(denied))
+    return Rules(version, toolkits, kinds, tools, frozenset(denied), approvers)
 
 
 # -- changes -------------------------------------------------------------------------------
@@ -132,25 +147,46 @@ async def version(conn: ReadConn) -> int:
 async def toolkit_rules(conn: ReadConn, toolkit_id: int) -> dict[str, Any]:
     """A toolkit's rules as the admin faces show them, with the policy version."""
     rows = await conn.all(
-        "SELECT tool_name, kind, action FROM call_policies WHERE toolkit_id = ? ORDER BY kind, tool_name",
+        "SELECT tool_name, kind, action, approver FROM call_policies WHERE toolkit_id = ?"
+        " ORDER BY kind, tool_name",
         (toolkit_id,),
     )
     out: dict[str, Any] = {"toolkit": None, "kinds": {}, "tools": {}}
-    for name, kind, action in rows:
+    approvers: dict[str, Any] = {"toolkit": None, "kinds": {}, "tools": {}}
+    for name, kind, action, approver in rows:
+        who = approver if action == "approve" else None
         if name:
             out["tools"][name] = action
+            if who:
+                approvers["tools"][name] = who
         elif kind:
             out["kinds"][kind] = action
+            if who:
+                approvers["kinds"][kind] = who
         else:
             out["toolkit"] = action
-    return {"rules": out, "version": await version(conn)}
+            approvers["toolkit"] = who
+    return {"rules": out, "approvers": approvers, "version": await version(conn)}
 
 
 def check_action(value: Any) -> str | None:
-    """``allow``, ``deny``, or None (no rule: the less specific one decides)."""
+    """``allow``, ``approve``, ``deny``, or None (no rule: the less specific one decides)."""
     if value is None or value in ACTIONS:
         return value
-    raise InvalidParams("'action' must be 'allow', 'deny' or null (remove the rule)", field="action")
+    raise InvalidParams(
+        "'action' must be 'allow', 'approve', 'deny' or null (remove the rule)", field="action"
+    )
+
+
+def check_approver(value: Any, action: str | None) -> str:
+    """Who may approve under an ``approve`` rule (default ``owner``: the owner or an admin)."""
+    if value is None:
+        return "owner"
+    if action != "approve":
+        raise InvalidParams("'approver' is set only with 'action': 'approve'", field="approver")
+    if value not in APPROVERS:
+        raise InvalidParams("'approver' must be 'owner', 'admin' or 'user'", field="approver")
+    return str(value)
 
 
 def check_kind(value: Any) -> str:
@@ -160,7 +196,13 @@ def check_kind(value: Any) -> str:
 
 
 async def set_rule(
-    tx: WriteTx, toolkit_id: int, *, tool_name: str = "", kind: str = "", action: str | None
+    tx: WriteTx,
+    toolkit_id: int,
+    *,
+    tool_name: str = "",
+    kind: str = "",
+    action: str | None,
+    approver: str = "owner",
 ) -> None:
     """Set (or, ``action`` None, remove) one rule; the version moves either way."""
     if action is None:
@@ -170,9 +212,10 @@ async def set_rule(
         )
     else:
         await tx.run(
-            "INSERT INTO call_policies (toolkit_id, tool_name, kind, action) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (toolkit_id, tool_name, kind) DO UPDATE SET action = excluded.action",
-            (toolkit_id, tool_name, kind, action),
+            "INSERT INTO call_policies (toolkit_id, tool_name, kind, action, approver) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (toolkit_id, tool_name, kind) DO UPDATE SET action = excluded.action,"
+            " approver = excluded.approver",
+            (toolkit_id, tool_name, kind, action, approver),
         )
     await bump(tx)
 

@@ -6,11 +6,23 @@ imported, so importing this package yields the whole command.
 
 from __future__ import annotations
 
-from appliance.cli import access, backup, catalogue, doctor, imports, ledger, semantic, serving, vault
+from appliance.cli import (
+    access,
+    approvals,
+    backup,
+    catalogue,
+    doctor,
+    imports,
+    ledger,
+    semantic,
+    serving,
+    vault,
+)
 from appliance.cli.common import main
 
 __all__ = [
     "access",
+    "approvals",
     "backup",
     "catalogue",
     "doctor",

@@ -387,6 +387,15 @@ def toolkits_access(
     help="A rule for the toolkit's tools of this kind.",
 )
 @click.option("--allow", "action", flag_value="allow", default=None, help="Set the rule to allow.")
+@click.option(
+    "--approve", "action", flag_value="approve", help="Set the rule to approve: a person's yes per call."
+)
+@click.option(
+    "--approver",
+    type=click.Choice(["owner", "admin", "user"]),
+    default=None,
+    help="With --approve: who may approve (owner: the toolkit's owner or an admin, the default).",
+)
 @click.option("--deny", "action", flag_value="deny", help="Set the rule to deny.")
 @click.option("--inherit", "action", flag_value="inherit", help="Remove the rule: a broader one decides.")
 @click.pass_context
@@ -397,6 +406,7 @@ def toolkits_policy(
     tool: str | None,
     kind: str | None,
     action: str | None,
+    approver: str | None,
     as_json: bool,
 ) -> None:
     """Show a toolkit's call policy, or set one rule (the toolkit's, a --kind's or a --tool's).
@@ -420,6 +430,7 @@ def toolkits_policy(
                 action=None if action == "inherit" else action,
                 tool=tool,
                 kind=kind,
+                approver=approver,
             ),
         )
     if as_json:
@@ -427,6 +438,14 @@ def toolkits_policy(
         return
     rules = shown["rules"]
     click.echo(f"{shown['project']}/{shown['toolkit']}: policy version {shown['version']}")
-    click.echo(f"  toolkit: {rules['toolkit'] or 'allow (no rule)'}")
-    for what, action_of in (*rules["kinds"].items(), *rules["tools"].items()):
-        click.echo(f"  {what}: {action_of}")
+    who = shown["approvers"]
+
+    def by(action_of: str, approver_of: str | None) -> str:
+        return f"{action_of} (approver: {approver_of})" if approver_of else action_of
+
+    click.echo(
+        f"  toolkit: {by(rules['toolkit'], who['toolkit']) if rules['toolkit'] else 'allow (no rule)'}"
+    )
+    for level in ("kinds", "tools"):
+        for what, action_of in rules[level].items():
+            click.echo(f"  {what}: {by(action_of, who[level].get(what))}")

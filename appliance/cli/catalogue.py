@@ -164,12 +164,14 @@ def _cell(value: Any, fmt: str) -> str:
 @click.argument("tool")
 @click.option("--input", "input_json", default="{}", help="Arguments as a JSON object.")
 @click.option("--project", default=None)
+@click.option("--approval", default=None, help="The approval that covers this call (a retry).")
 @KEY
 @STORE
 def call(
     tool: str,
     input_json: str,
     project: str | None,
+    approval: str | None,
     key: str | None,
     data_dir: str | None,
     config_file: str | None,
@@ -188,7 +190,7 @@ def call(
 
     async def work(rt: Any) -> Any:
         await ensure_demo(rt)  # a fresh or older data directory gets the demo as `serve` would
-        return await call_tool(rt, await acting(rt, key), tool, arguments, project=project)
+        return await call_tool(rt, await acting(rt, key), tool, arguments, project=project, approval=approval)
 
     result = operate(data_dir, config_file, work)
     if as_json:

@@ -110,6 +110,13 @@ class Settings:
         "no write or destructive tool. A key or an agent can be made read-only on its own "
         "(docs/security.md).",
     )
+    approval_ttl_s: float = _setting(
+        "TOOLSPOKE_APPROVAL_TTL_S",
+        900.0,
+        values.between(10.0, 7 * 86400.0),
+        "Seconds a pending or approved call approval stays valid (an `approve` rule of the call "
+        "policy): after that, the call must be asked for and approved again. 10 s to 7 days.",
+    )
     # -- sizes and deadlines; slow clients and connection caps (web/connections.py) ------------
     upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",

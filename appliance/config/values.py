@@ -128,6 +128,16 @@ def at_least(floor: float) -> Callable[[Any], float]:
     return parse
 
 
+def between(floor: float, ceiling: float) -> Callable[[Any], float]:
+    def parse(raw: Any) -> float:
+        value = float(raw)
+        if not floor <= value <= ceiling:  # NaN too
+            raise ValueError(f"must be between {floor:g} and {ceiling:g}")
+        return value
+
+    return parse
+
+
 def secret(raw: Any) -> Secret:
     return Secret(str(raw))
 

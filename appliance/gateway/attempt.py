@@ -28,6 +28,8 @@ class Attempt:
     on_progress: ProgressCallback | None = None
     on_log: LogRelay | None = None
     aside: bool = False  # a result over the threshold may be kept aside (read_result reaches it)
+    approval: str | None = None  # the approval a retry names (``_meta`` or a runner's field)
+    key: str | None = None  # the request's idempotency key: a retry with it may use its approval
     at: float = field(default_factory=time.time)  # wall clock: the audit row's time
     started: float = field(default_factory=time.perf_counter)
 
@@ -43,3 +45,4 @@ class Attempt:
     reason: str | None = None
     bytes: int = 0
     redacted: int = 0  # values replaced by [redacted] in the answer or the error
+    consumed: str | None = None  # approval: the approval this call used up

@@ -161,8 +161,10 @@ def _queue(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         tool=tool.name if tool else str(attempt.name)[:256],
         runner=attempt.runner,
         outcome=attempt.outcome,
-        # A redaction is worth a reason of its own when the call had none (an ok answer).
-        reason=attempt.reason or ("secret_redacted" if attempt.redacted else None),
+        # A redaction, then an approval used, is worth a reason when the call had none (ok).
+        reason=attempt.reason
+        or ("secret_redacted" if attempt.redacted else None)
+        or ("approval_used" if attempt.consumed else None),
         duration_ms=(time.perf_counter() - attempt.started) * 1000,
         bytes=attempt.bytes,
         fee=0,

@@ -13,7 +13,15 @@ from appliance.access import visibility
 from appliance.artifacts import reading
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
-from appliance.errors import ApplianceError, CallRefused, InvalidParams, NotFound, UpstreamError
+from appliance.errors import (
+    ApplianceError,
+    ApprovalRefused,
+    ApprovalRequired,
+    CallRefused,
+    InvalidParams,
+    NotFound,
+    UpstreamError,
+)
 from appliance.gateway import accounting, answers, artifacts, audit, policy, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
@@ -34,6 +42,7 @@ _RUN_SCHEMA = {
         "tool": {"type": "string"},  # "found by search_tools" says it is the exact name
         "input": {"type": "object"},
         "project": _PROJECT,
+        "approval": {"type": "string", "maxLength": 64},  # a retry: the approval that covers it
     },
     "required": ["tool"],
     "additionalProperties": False,
@@ -161,9 +170,20 @@ RUNNERS = set(RUNNER_FOR_KIND.values())
 _GUARDS = frozenset({"additionalProperties", "minItems", "maxItems", "minLength", "maxLength", "minimum"})
 
 
+# A runner's ``approval`` is told to the model by the answer that asks for it (its text says
+# what to send), so tools/list need not spend its tokens on every task.
+_TOLD_WHEN_NEEDED = frozenset({"approval"})
+
+
 def _published(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _published(v) for k, v in node.items() if k not in _GUARDS}
+        return {
+            k: _published(
+                {p: v for p, v in v.items() if p not in _TOLD_WHEN_NEEDED} if k == "properties" else v
+            )
+            for k, v in node.items()
+            if k not in _GUARDS
+        }
     return node
 
 
@@ -209,6 +229,8 @@ async def call_bridge(
     *,
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
+    approval: str | None = None,
+    key: str | None = None,
 ) -> CallResult:
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
@@ -269,7 +291,11 @@ async def call_bridge(
             on_progress=on_progress,
             on_log=on_log,
             aside=True,
+            approval=args.get("approval") or approval,
+            key=key,
         )
+    except (ApprovalRequired, ApprovalRefused):
+        raise  # the request stage frees the idempotency key; rpc/mcp.py answers it as a result
     except (InvalidParams, UpstreamError, CallRefused) as exc:  # the model reads why, as a result
         return _error_result(exc)
 

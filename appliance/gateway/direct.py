@@ -122,6 +122,8 @@ async def call(
     *,
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
+    approval: str | None = None,
+    key: str | None = None,
 ) -> CallResult:
     if principal.anonymous:
         raise Unauthorized("calling a tool needs an API key: send 'Authorization: Bearer <key>'")
@@ -134,5 +136,13 @@ async def call(
         await audit.refused(rt, principal, name, refusal)  # one audit row per attempt
         raise refusal
     return await call_tool(
-        rt, principal, tool.name, arguments, project=kit.project, on_progress=on_progress, on_log=on_log
+        rt,
+        principal,
+        tool.name,
+        arguments,
+        project=kit.project,
+        on_progress=on_progress,
+        on_log=on_log,
+        approval=approval,
+        key=key,
     )

@@ -1,13 +1,14 @@
 """The tool call as one pipeline: every caller's call takes these stages, in this order.
 
-    rate → resolve → policy → runner check → validate → reserve → credential → dispatch
-    → redact → keep aside → record
+    rate → resolve → policy → runner check → validate → approval → reserve → credential
+    → dispatch → redact → keep aside → record
 
 ``run`` lists them. Each stage is a function of the runtime and the call's ``Attempt``
 (``gateway/attempt.py``), which carries everything one stage learns for the next; the
 rules live in the modules that own them: the rate limit, the reservation and the fee's fate
 in ``accounting``, the tool and its upstream in ``calls``, the read-only guard and the deny
-rules in ``policy`` (``access/policy.py``), input checks in ``validation``,
+rules in ``policy`` (``access/policy.py``), input checks in ``validation``, a person's yes
+for a call under an ``approve`` rule in ``approvals``,
 the credential and the redactor in ``credentials``, large results in ``artifacts``, the
 audit row and the charge in ``audit``. A refusal at any stage is recorded and raised; an
 upstream failure is an ``isError`` result, never a protocol error; either way the attempt
@@ -26,7 +27,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from appliance.errors import ApplianceError, RateLimited, UpstreamError
-from appliance.gateway import accounting, artifacts, audit, calls, credentials, policy, redaction
+from appliance.gateway import accounting, approvals, artifacts, audit, calls, credentials, policy, redaction
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -45,13 +46,19 @@ def call_tool(
     on_progress: ProgressCallback | None = None,
     on_log: LogRelay | None = None,
     aside: bool = False,
+    approval: str | None = None,
+    key: str | None = None,
 ) -> Coroutine[Any, Any, CallResult]:
     """One tool call by its full name (await it). ``on_progress`` and ``on_log`` receive an
     MCP upstream's progress and log messages (redacted). ``aside``: the caller can reach
-    ``read_result``, so a large result may be kept aside (``gateway/artifacts.py``). Not
-    itself a coroutine: ``run``'s, handed back, spares every suspension of every call one
-    frame to unwind and resume."""
-    return run(rt, Attempt(principal, name, arguments, project, runner, on_progress, on_log, aside))
+    ``read_result``, so a large result may be kept aside (``gateway/artifacts.py``).
+    ``approval``: the approval a retry names; ``key``: the request's idempotency key (a retry
+    with the key an approval was asked with may use it). Not itself a coroutine: ``run``'s,
+    handed back, spares every suspension of every call one frame to unwind and resume."""
+    return run(
+        rt,
+        Attempt(principal, name, arguments, project, runner, on_progress, on_log, aside, approval, key),
+    )
 
 
 async def run(rt: Runtime, attempt: Attempt) -> CallResult:
@@ -61,15 +68,19 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
         try:
             accounting.limit(rt, attempt.principal)  # rate: before even the name is looked up
             tool = await resolve(rt, attempt)
-            await policy.check(rt, attempt.principal, tool)  # may it run: nothing charged or sent
+            need = await policy.check(rt, attempt.principal, tool)  # may it run: nothing charged or sent
             check_runner(attempt, tool)
             validate_arguments(tool.input_schema, attempt.arguments)
+            if need is not None:  # an ``approve`` rule: only with a person's yes for this very call
+                await approvals.gate(rt, attempt, tool, need)
             await accounting.reserve(rt, attempt, tool)  # storage → quota → credit → hold
             try:
                 await credential(rt, attempt, tool)
                 await dispatch(rt, attempt, tool)
             except UpstreamError as exc:
                 accounting.upstream_failed(rt, attempt, exc)  # an isError result
+                if not attempt.sent:
+                    await approvals.restore(rt, attempt)  # it never left: the approval stands
             redact(attempt)
             if artifacts.due(rt, attempt):  # after redaction: nothing secret is stored
                 await artifacts.keep_aside(rt, attempt)
@@ -136,11 +147,15 @@ def redact(attempt: Attempt) -> None:
 
 
 async def refused(rt: Runtime, attempt: Attempt, exc: ApplianceError) -> None:
-    """A stage refused the call: the error is redacted, the refusal recorded (no charge)."""
+    """A stage refused the call: the error is redacted, the refusal recorded (no charge); an
+    approval it used is given back when nothing was sent."""
     if attempt.prepared is not None:  # raised after the upstream spoke: its text may be in it
         red = attempt.prepared.redactor()
         redaction.scrub(exc, red)
         attempt.redacted += red.hits
+    if attempt.consumed is not None:
+        with contextlib.suppress(ApplianceError):  # the refusal is the answer either way
+            await approvals.restore(rt, attempt)
     if isinstance(exc, RateLimited) and attempt.tool is None:
         # The limit comes before the lookup, and a row without its toolkit would be missing
         # from the owner's history filtered by toolkit. A name the caller cannot see stays a name.

@@ -5,7 +5,9 @@ kind and per tool). Here they are applied twice, from the same ``Rules``:
 
 - ``check``, the pipeline stage after resolve (``gateway/pipeline.py``): a tool the caller
   may see but may not run is refused before validation and reservation, so nothing is
-  charged and nothing is sent, and the refusal is the attempt's one audit row;
+  charged and nothing is sent, and the refusal is the attempt's one audit row; a tool under
+  an ``approve`` rule is let through with the rule (``Need``) for the approval stage
+  (``gateway/approvals.py``), which runs once the arguments are validated;
 - ``runnable_in``, the caller's access scope narrowed to what ``check`` would let through,
   for search, list and describe: what they show is exactly what could run.
 
@@ -15,6 +17,8 @@ The rules are read once per cache generation (the loop's memo here, the reader's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from appliance.access import policy, visibility
 from appliance.db import SyncReader
 from appliance.errors import CallRefused
@@ -22,6 +26,16 @@ from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
 
 _KEY = ("call_policy",)
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """The call may run once a person approves it: the rule's level, who may approve, and the
+    policy version the approval will bind to."""
+
+    rule: str
+    approver: str
+    version: int
 
 
 def read_only(rt: Runtime, principal: Principal) -> bool:
@@ -37,12 +51,17 @@ async def rules(rt: Runtime) -> policy.Rules:
     return found
 
 
-async def check(rt: Runtime, principal: Principal, tool: Tool) -> None:
-    """Stage: refuse a tool the policy does not let this caller run (``CallRefused``)."""
+async def check(rt: Runtime, principal: Principal, tool: Tool) -> Need | None:
+    """Stage: refuse a tool the policy does not let this caller run (``CallRefused``); None:
+    it runs; a ``Need``: it runs once approved (the approval stage decides)."""
     current = await rules(rt)
     why = policy.refusal(current, tool.toolkit_id, tool.name, tool.kind, read_only=read_only(rt, principal))
-    if why is not None:
-        raise refusal(rt, tool, why, current.version)
+    if why is None:
+        return None
+    if why[0] == "approval_required":
+        level = why[1]
+        return Need(level, current.approver(tool.toolkit_id, tool.name, tool.kind, level), current.version)
+    raise refusal(rt, tool, why, current.version)
 
 
 def refusal(rt: Runtime, tool: Tool, why: tuple[str, str], version: int) -> CallRefused:

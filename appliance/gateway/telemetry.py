@@ -51,6 +51,12 @@ UPSTREAM_SECONDS = Histogram(
     buckets=_LATENCY,
     registry=REGISTRY,
 )
+APPROVALS = Counter(
+    "toolspoke_approvals",
+    "Call approval events (issue 20): requested, granted, denied, expired, used.",
+    ["event"],
+    registry=REGISTRY,
+)
 _CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
 
 

@@ -3,6 +3,11 @@
     envelope → idempotency claim (replay or refuse a retry) → address → the call pipeline
     → store the result for the key
 
+A retry of a call that waited for approval names it in ``_meta`` (``toolspoke/approval``)
+or carries the same idempotency key; both travel down to the pipeline's approval stage.
+A call refused for want of an approval frees its key like any refusal, so that the retry
+with the same key runs it.
+
 Faces and ``rpc/mcp.py`` hand in the request's params as they came and get a
 ``CallResult`` back; everything a tool call decides (refusals and their audit rows,
 idempotency, rate limits) happens from here on. What the name addresses: on
@@ -23,7 +28,10 @@ from appliance.gateway.calls import resolve_tool
 from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
+from appliance.protocol.meta import APPROVAL_KEY
 from appliance.protocol.relays import LogRelay, ProgressCallback
+
+MAX_APPROVAL_ID = 64
 
 
 @dataclass(slots=True)
@@ -47,7 +55,7 @@ async def serve(rt: Runtime, request: ToolsCall) -> CallResult:
     if claim.held is not None:
         return await replay(rt, request, name, arguments, claim)
     try:
-        result = await address(rt, request, name, arguments)
+        result = await address(rt, request, name, arguments, key)
     except ApplianceError:
         await idempotency.release(rt, claim)  # refused before anything left: a retry may run it
         raise
@@ -71,23 +79,40 @@ async def envelope(rt: Runtime, request: ToolsCall) -> tuple[str, dict[str, Any]
             arguments = {}
         if not isinstance(arguments, dict):
             raise InvalidParams("'arguments' must be an object", field="arguments")
-        return name, arguments, idempotency.key_of(params)
+        key = idempotency.key_of(params)
+        approval_of(params)  # checked here, so that a malformed one is refused by member
+        return name, arguments, key
     except InvalidParams as exc:
         await audit.refused(rt, request.principal, params.get("name"), exc)
         raise
 
 
+def approval_of(params: dict[str, Any]) -> str | None:
+    """The approval a retry names in ``_meta`` (None: none); a malformed one is refused by name."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or APPROVAL_KEY not in meta:
+        return None
+    value = meta[APPROVAL_KEY]
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_APPROVAL_ID or not value.isprintable():
+        raise InvalidParams(
+            f"'_meta.{APPROVAL_KEY}' must be an approval id (a string of 1 to {MAX_APPROVAL_ID} characters)",
+            field=f"_meta.{APPROVAL_KEY}",
+        )
+    return value
+
+
 def address(
-    rt: Runtime, request: ToolsCall, name: str, arguments: dict[str, Any]
+    rt: Runtime, request: ToolsCall, name: str, arguments: dict[str, Any], key: str | None = None
 ) -> Coroutine[Any, Any, CallResult]:
     """What the name means where it was sent (await it); every tool call among them takes the
     pipeline. Hands back the callee's coroutine: one frame less on the call's suspensions."""
     p, progress, log = request.principal, request.on_progress, request.on_log
+    ask = {"approval": approval_of(request.params), "key": key}
     if request.toolkit is not None:
-        return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log)
+        return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log, **ask)
     if name in bridge.BRIDGE_NAMES:  # the runners among them call the pipeline for their target
-        return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log)
-    return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log, aside=True)
+        return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log, **ask)
+    return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log, aside=True, **ask)
 
 
 async def replay(

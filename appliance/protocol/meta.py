@@ -16,6 +16,7 @@ LOG_LEVEL_KEY = "io.modelcontextprotocol/logLevel"
 PROGRESS_TOKEN_KEY = "progressToken"
 OURS = "toolspoke/"
 IDEMPOTENCY_KEY = OURS + "idempotencyKey"
+APPROVAL_KEY = OURS + "approval"  # a retry names the approval that covers it (issue 20)
 
 
 def of(params: Any) -> dict[str, Any]:

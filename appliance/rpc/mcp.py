@@ -17,6 +17,8 @@ from typing import Any
 from appliance import __version__
 from appliance.errors import (
     ApplianceError,
+    ApprovalRefused,
+    ApprovalRequired,
     ArgumentsInvalid,
     InvalidParams,
     MethodNotFound,
@@ -174,6 +176,12 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
     )
     try:
         result = await tool_requests.serve(rt, request)
+    except (ApprovalRequired, ApprovalRefused) as exc:
+        # The call waits for a person (or names an approval that does not cover it): a result
+        # the model and the user read, with the approval's id, queue URL and how to retry in
+        # ``_meta`` (the in-band ways of asking will answer here instead, issue 20 item 3).
+        text = [{"type": "text", "text": exc.public_message}]
+        return tool_result(CallResult(content=text, is_error=True, meta=exc.payload()))
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.

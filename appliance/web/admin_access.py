@@ -15,7 +15,7 @@ from typing import Any
 from sanic import Blueprint, Request
 
 from appliance.errors import InvalidParams
-from appliance.gateway.admin import grants, projects
+from appliance.gateway.admin import approvals, grants, projects
 from appliance.gateway.admin import policy as call_policy
 from appliance.web.admin_fields import flag, only, positive_id, query_id
 from appliance.web.admin_routes import actor as _actor
@@ -95,9 +95,9 @@ async def toolkit_policy(request: Request, slug: str) -> Any:
 async def set_toolkit_policy(request: Request, slug: str) -> Any:
     """One rule: for the toolkit, a ``kind`` or a ``tool``; ``action`` null removes it."""
     doc = body(request)
-    only(doc, {"project", "tool", "kind", "action"})
+    only(doc, {"project", "tool", "kind", "action", "approver"})
     if "action" not in doc:
-        raise InvalidParams("'action' is required: 'allow', 'deny' or null", field="action")
+        raise InvalidParams("'action' is required: 'allow', 'approve', 'deny' or null", field="action")
     return await call_policy.set_toolkit_policy(
         request.app.ctx.rt,
         _actor(request),
@@ -106,7 +106,26 @@ async def set_toolkit_policy(request: Request, slug: str) -> Any:
         action=doc["action"],
         tool=doc.get("tool"),
         kind=doc.get("kind"),
+        approver=doc.get("approver"),
     )
+
+
+# -- approvals -------------------------------------------------------------------------------
+
+
+@bp.get("/approvals")
+@answers()
+async def list_approvals(request: Request) -> Any:
+    """The calls waiting for the caller's yes (``state``: open, the default, or one state)."""
+    rt, actor = request.app.ctx.rt, _actor(request)
+    return await approvals.list_approvals(rt, actor, state=request.args.get("state"))
+
+
+@bp.post("/approvals/<approval_id:str>/<verdict:approve|deny>")
+@answers()
+async def decide_approval(request: Request, approval_id: str, verdict: str) -> Any:
+    rt, actor = request.app.ctx.rt, _actor(request)
+    return await approvals.decide(rt, actor, approval_id, approve=verdict == "approve")
 
 
 # -- grants ----------------------------------------------------------------------------------

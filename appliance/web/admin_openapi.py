@@ -24,6 +24,7 @@ _NAMES = {"type": "array", "items": {"type": "string"}, "maxItems": 1000}
 _NULLABLE_ID = {"type": ["integer", "null"]}
 _TIME = {"type": "string"}
 _NULLABLE_TIME = {"type": ["string", "null"]}
+_ACTION = {"enum": ["allow", "approve", "deny"]}
 
 
 def _obj(props: dict[str, Any], required: list[str] | None = None, *, closed: bool = False) -> dict[str, Any]:
@@ -132,15 +133,52 @@ SCHEMAS: dict[str, Any] = {
             "project": {"type": "string"},
             "rules": _obj(
                 {
-                    "toolkit": {"enum": ["allow", "deny", None]},
-                    "kinds": {"type": "object", "additionalProperties": {"enum": ["allow", "deny"]}},
-                    "tools": {"type": "object", "additionalProperties": {"enum": ["allow", "deny"]}},
+                    "toolkit": {"enum": ["allow", "approve", "deny", None]},
+                    "kinds": {
+                        "type": "object",
+                        "additionalProperties": {"enum": ["allow", "approve", "deny"]},
+                    },
+                    "tools": {
+                        "type": "object",
+                        "additionalProperties": {"enum": ["allow", "approve", "deny"]},
+                    },
+                },
+                ["toolkit", "kinds", "tools"],
+            ),
+            "approvers": _obj(
+                {
+                    "toolkit": {"enum": ["owner", "admin", "user", None]},
+                    "kinds": {"type": "object", "additionalProperties": {"enum": ["owner", "admin", "user"]}},
+                    "tools": {"type": "object", "additionalProperties": {"enum": ["owner", "admin", "user"]}},
                 },
                 ["toolkit", "kinds", "tools"],
             ),
             "version": {"type": "integer", "minimum": 0},
         },
-        ["toolkit", "project", "rules", "version"],
+        ["toolkit", "project", "rules", "approvers", "version"],
+    ),
+    "Approval": _obj(
+        {
+            "id": {"type": "string"},
+            "state": {"enum": ["pending", "approved", "denied", "used", "expired"]},
+            "tool": {"type": "string"},
+            "kind": {"enum": ["read", "write", "destructive"]},
+            "toolkit": {"type": "string"},
+            "project": {"type": "string"},
+            "rule": {"enum": ["toolkit", "kind", "tool"]},
+            "approver": {"enum": ["owner", "admin", "user"]},
+            "arguments": {"type": "string", "description": "The call's arguments as canonical JSON."},
+            "fee": {"type": "number", "description": "What the call costs the caller, in credits."},
+            "asked_by": {"type": "object"},
+            "created_at": _TIME,
+            "expires_at": _TIME,
+            "decided_at": _NULLABLE_TIME,
+            "decided_by": {"type": ["string", "null"]},
+            "used_at": _NULLABLE_TIME,
+            "url": {"type": "string"},
+            "may_decide": {"type": "boolean"},
+        },
+        ["id", "state", "tool", "arguments", "expires_at"],
     ),
     "Project": _obj(
         {"slug": {"type": "string"}, "title": {"type": "string"}, "created_at": _TIME}, ["slug", "title"]
@@ -387,12 +425,31 @@ PATHS: dict[str, dict[str, Any]] = {
                     "project": {"type": "string"},
                     "tool": {"type": "string"},
                     "kind": {"enum": ["read", "write", "destructive"]},
-                    "action": {"enum": ["allow", "deny", None]},
+                    "action": {"enum": ["allow", "approve", "deny", None]},
+                    "approver": {"enum": ["owner", "admin", "user"]},
                 },
                 ["action"],
                 closed=True,
             ),
         ),
+    },
+    # the approval queue (web/admin_access.py; gateway/admin/approvals.py)
+    "/api/v1/approvals": {
+        "get": _op(
+            "Calls waiting for a person's yes that the caller may decide (or asked for), newest first",
+            _obj({"approvals": {"type": "array", "items": _ref("Approval")}, "state": {"type": "string"}}),
+            params=[
+                _query("state", {"type": "string"}, "open (default: pending and approved), or one state.")
+            ],
+        ),
+    },
+    "/api/v1/approvals/{approval_id}/approve": {
+        "parameters": [_path("approval_id", {"type": "string"})],
+        "post": _op("Approve a pending call: the agent's retry runs it once", _ref("Approval")),
+    },
+    "/api/v1/approvals/{approval_id}/deny": {
+        "parameters": [_path("approval_id", {"type": "string"})],
+        "post": _op("Deny a pending call: it never runs", _ref("Approval")),
     },
     # credentials, remote MCP import and caps (web/admin_credentials.py)
     "/api/v1/toolkits/{slug}/credentials": {

@@ -3,7 +3,9 @@
 The toolkit's owner (or an admin, or the operator) sets them; anyone else learns nothing (the
 toolkit answers as absent, as its access settings do). A rule is for the whole toolkit, for
 its tools of one ``kind``, or for one ``tool`` (its full name, or its action part); ``action``
-None removes the rule, so the less specific one decides again. Every change moves the policy
+(``allow``, ``approve`` or ``deny``) None removes the rule, so the less specific one decides
+again. An ``approve`` rule names its ``approver`` (``owner``, ``admin`` or ``user``:
+``gateway/admin/approvals.py``). Every change moves the policy
 version. The rules themselves are ``access/policy.py``'s; the read-only flags of agents and
 keys are set with the agent (``people.update_agent``) and the key (``keys.set_read_only``).
 """
@@ -38,12 +40,14 @@ async def set_toolkit_policy(
     action: Any,
     tool: Any = None,
     kind: Any = None,
+    approver: Any = None,
 ) -> dict[str, Any]:
-    """Set one rule (``action`` ``allow`` or ``deny``) or remove it (None); answers the
-    toolkit's rules and the new version."""
+    """Set one rule (``action`` ``allow``, ``approve`` or ``deny``) or remove it (None);
+    answers the toolkit's rules and the new version."""
     policy.require_unguarded(actor)
     project = check_project(project)
     checked = policy.check_action(action)
+    who = policy.check_approver(approver, checked)
     if tool is not None and kind is not None:
         raise InvalidParams("a rule is for one tool or for one kind of tool, not both", field="kind")
     if tool is not None and (not isinstance(tool, str) or not tool or len(tool) > 256):
@@ -56,5 +60,5 @@ async def set_toolkit_policy(
             name = tool if tool.startswith(slug + SEPARATOR) else f"{slug}{SEPARATOR}{tool}"
             if not await policy.tool_in_toolkit(tx, kit_id, name):
                 raise NotFound(f"toolkit {slug!r} has no tool {tool!r}", field="tool")
-        await policy.set_rule(tx, kit_id, tool_name=name, kind=level_kind, action=checked)
+        await policy.set_rule(tx, kit_id, tool_name=name, kind=level_kind, action=checked, approver=who)
         return {"toolkit": slug, "project": project, **await policy.toolkit_rules(tx, kit_id)}
