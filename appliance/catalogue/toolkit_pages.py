@@ -15,8 +15,9 @@ from typing import Any
 from appliance.db import SyncReader
 
 # What the console calls a toolkit's type: an MCP toolkit is remote (HTTP or SSE) or local
-# (a stdio child), from its connection; the others are what their source was.
-TYPES = ("openapi", "remote", "local", "catalog")
+# (a stdio child), from its connection; the others are what their source was (a toolkit
+# inferred from endpoint examples is an OpenAPI one, with ``inferred`` on its card).
+TYPES = ("openapi", "remote", "local", "catalog", "lore")
 HEALTHS = ("active", "degraded", "broken", "starting")
 _TYPE_SQL = (
     "CASE WHEN k.source_kind = 'mcp' THEN CASE json_extract(k.connection, '$.transport')"
@@ -26,7 +27,8 @@ _CARD = (
     "SELECT k.id, k.slug, p.slug AS project, k.title, k.description, k.health, k.health_reason,"
     f" k.health_changed_at, k.visibility, k.is_default, k.owner_id, u.name AS owner, {_TYPE_SQL} AS type,"
     " (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id AND t.state = 'active') AS tools,"
-    " (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id AND t.state = 'pending') AS pending"
+    " (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id AND t.state = 'pending') AS pending,"
+    " coalesce(json_extract(k.meta, '$.inferred'), 0) AS inferred"
 )
 _FROM = " FROM toolkits k JOIN projects p ON p.id = k.project_id LEFT JOIN users u ON u.id = k.owner_id"
 
@@ -84,6 +86,7 @@ def _card(row: Any) -> dict[str, Any]:
         "owner": row["owner"],
         "tools": int(row["tools"]),
         "pending": int(row["pending"]),
+        "inferred": bool(row["inferred"]),
     }
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from appliance.access import principals
 from appliance.catalogue.examples_curl import parse_curl
 from appliance.catalogue.examples_entry import FORMATS, Example, decode_text, detect_format
 from appliance.catalogue.examples_har import parse_har
@@ -30,6 +31,7 @@ from appliance.gateway.imports import (
     ImportReport,
     count_import,
     draft_report,
+    listing_fingerprint,
     read_source,
     refuse_empty,
     store_draft,
@@ -86,12 +88,17 @@ async def import_examples(
     replace: bool = False,
     data: bytes | None = None,
     importer: Principal | None = None,
+    expect: str | None = None,
 ) -> ImportReport:
     """``source``: a local file or an http(s) URL (the CLI), or a label for ``data`` (the API).
 
-    ``importer``: the API caller, who will own the toolkit (None: the operator's CLI).
+    ``importer``: the caller, an admin, who will own the toolkit (None: the operator's CLI).
+    The report's ``fingerprint`` names the tools inferred (names, descriptions, schemas: the
+    naming model's too); ``expect``, a dry run's, refuses to store any other tools.
     """
     started = time.perf_counter()
+    if importer is not None:  # inferred tools call whatever the examples name: an admin's call
+        principals.require_admin(importer)
     validate_slug(slug)
     validate_slug(project)
     if fmt != "auto" and fmt not in FORMATS:
@@ -110,6 +117,13 @@ async def import_examples(
         draft.tools = [_redacted(red, t) for t in draft.tools]
         refuse_empty(draft, "the examples show no request")
         named = await _named(rt, draft, inference, red)
+        listed = listing_fingerprint(draft)
+        if expect is not None and expect != listed:
+            raise ImportFailed(
+                "the inferred tools differ from the dry run's (the naming model answered otherwise);"
+                " nothing was stored: run the dry run again",
+                field="examples",
+            )
         cred = _credential(rt, inference)
         base = draft.base_url
         if base is not None:
@@ -121,6 +135,7 @@ async def import_examples(
             )
         report = draft_report(draft, project, dry_run, started)
         report.tools = [_tool_report(t, inference, dry_run, named) for t in draft.tools]
+        report.fingerprint = listed
         report.notes = [red.text(n) for n in report.notes]
         if named is not None:
             report.notes += named.notes
@@ -173,6 +188,7 @@ def _tool_report(tool: ToolDraft, inference: Inference, dry_run: bool, named: Na
         "method": binding.get("method"),
         "path": binding.get("path"),
         "state": "pending",
+        "parameters": _parameters(tool),
         "inferred_from": inference.sources.get(tool.name, []),
         "name_from": origin.get("name", "examples"),
         "description_from": origin.get("description", "examples"),
@@ -180,4 +196,27 @@ def _tool_report(tool: ToolDraft, inference: Inference, dry_run: bool, named: Na
     if dry_run:
         out["description"] = tool.description
         out["input_schema"] = tool.input_schema
+    return out
+
+
+def _parameters(tool: ToolDraft) -> list[dict[str, Any]]:
+    """Each input with where it goes (path, query, header, body or form), its JSON type(s) and
+    whether every example sent it."""
+    binding = tool.binding or {}
+    where = {p["arg"]: p["location"] for p in binding.get("params", [])}
+    where.update({arg: "form" for arg in binding.get("body_fields", [])})
+    if binding.get("body_arg"):
+        where[binding["body_arg"]] = "body"
+    required = set(tool.input_schema.get("required", []))
+    out = []
+    for arg, schema in (tool.input_schema.get("properties") or {}).items():
+        kind = schema.get("type", "any") if isinstance(schema, dict) else "any"
+        out.append(
+            {
+                "name": arg,
+                "in": where.get(arg, "body"),
+                "type": "|".join(kind) if isinstance(kind, list) else str(kind),
+                "required": arg in required,
+            }
+        )
     return out

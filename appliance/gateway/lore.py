@@ -20,7 +20,7 @@ from pathlib import Path
 from appliance.catalogue import store
 from appliance.catalogue.naming import tool_name, validate_slug
 from appliance.db import WriteTx
-from appliance.errors import Conflict, ImportFailed
+from appliance.errors import Conflict, ImportFailed, InvalidParams
 from appliance.gateway import imports, lore_tools
 from appliance.gateway.imports import ImportReport
 from appliance.gateway.runtime import Runtime
@@ -31,6 +31,7 @@ from appliance.models import Principal, ToolDraft, ToolkitDraft
 GUIDE_FILE = "guide.md"  # at the knowledge base's root, any case: the toolkit's usage guide
 _GUIDE_MAX = 20_000
 REPORT_LIST_MAX = 200  # paths listed per kind in a report or a refusal
+TITLE_MAX = 200
 
 
 def _limits(rt: Runtime) -> archive.Limits:
@@ -105,6 +106,16 @@ def _guide(slug: str, docs: list[lore_store.Stored]) -> str:
     return "\n".join(lines)
 
 
+def _title(title: str | None) -> str | None:
+    """A toolkit title given by the caller: printable text, bounded; None or blank: none."""
+    text = (title or "").strip()
+    if len(text) > TITLE_MAX or not text.isprintable():
+        raise InvalidParams(
+            f"'title' must be printable text of at most {TITLE_MAX} characters", field="title"
+        )
+    return text or None
+
+
 def _listed(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
     return [{"where": path, "reason": why} for path, why in pairs[:REPORT_LIST_MAX]]
 
@@ -119,16 +130,19 @@ async def import_lore(
     dry_run: bool = False,
     skip_unreadable: bool = False,
     importer: Principal | None = None,
+    title: str | None = None,
 ) -> ImportReport:
     """Import (or update in place) the Lore toolkit ``slug`` from a folder or an archive.
 
     ``source`` is a local path (the CLI) or, with ``data``, only the report's name for the
     uploaded archive (the admin API never reads the server's files). ``importer``: the API
-    caller, who will own a new toolkit (None: the operator's CLI).
+    caller, who will own a new toolkit (None: the operator's CLI). ``title``: the toolkit's
+    (None: the one it has, or ``Lore: <slug>`` for a new one).
     """
     started = time.perf_counter()
     validate_slug(slug)
     validate_slug(project)
+    title = _title(title)
     if not dry_run:
         await imports.count_import(rt, importer)
     collected = await asyncio.to_thread(_collect, source, data, _limits(rt))
@@ -159,7 +173,7 @@ async def import_lore(
     draft = ToolkitDraft(
         slug=slug,
         source_kind="lore",
-        title=f"Lore: {slug}",
+        title=title or (kits[0].title if kits else f"Lore: {slug}"),
         description=f"Knowledge base of {len(docs)} documents: search its passages, list and read them.",
         guide=_guide(slug, docs),
         base_url=None,
@@ -189,6 +203,15 @@ async def import_lore(
         **{k: v[:REPORT_LIST_MAX] for k, v in todo.as_dict().items()},
         "count": len(docs),
         "chunks": sum(len(d.document.chunks) for d in docs),
+        "files": [
+            {
+                "path": d.document.path,
+                "title": d.document.title,
+                "format": d.document.format,
+                "chunks": len(d.document.chunks),
+            }
+            for d in sorted(docs, key=lambda d: d.document.path)[:REPORT_LIST_MAX]
+        ],
     }
     report.seconds = time.perf_counter() - started
     return report

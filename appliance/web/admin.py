@@ -17,7 +17,6 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import InvalidParams
 from appliance.gateway import bridge, examples_import, imports, lore
-from appliance.gateway.admin import people
 from appliance.gateway.answers import describe
 from appliance.gateway.searching import check_query, search_tools
 from appliance.models import Principal
@@ -109,7 +108,7 @@ def _flag(request: Request, name: str) -> bool:
 async def import_lore(request: Request) -> HTTPResponse:
     """Import (or update in place) a Lore toolkit from a .zip or .tar(.gz) sent as the body.
 
-    Query: ``slug``, ``project``?, ``dry_run``?, ``skip_unreadable``?. The archive itself is
+    Query: ``slug``, ``project``?, ``title``?, ``dry_run``?, ``skip_unreadable``?. The archive itself is
     the body (its first bytes tell zip from tar), so documents are never inflated into JSON.
     """
     slug = request.args.get("slug")
@@ -131,6 +130,7 @@ async def import_lore(request: Request) -> HTTPResponse:
         dry_run=_flag(request, "dry_run"),
         skip_unreadable=_flag(request, "skip_unreadable"),
         importer=request.ctx.principal,
+        title=request.args.get("title"),
     )
     return response.json(report.as_dict(), status=200 if report.dry_run else 201)
 
@@ -139,8 +139,8 @@ async def import_lore(request: Request) -> HTTPResponse:
 @answers(refuse=ssrf_unprocessable)
 async def infer_toolkit(request: Request) -> HTTPResponse:
     """Infer tools from examples (admins): ``{"slug", "examples": text | HAR object,
-    "format"?, "project"?, "base_url"?, "dry_run"?, "replace"?}``; every tool is pending."""
-    people.require_admin(request.ctx.principal)
+    "format"?, "project"?, "base_url"?, "dry_run"?, "replace"?}``; every tool is pending.
+    Admins only: ``examples_import`` refuses anyone else before reading anything."""
     doc = body(request)
     slug = _str(doc, "slug", required=True)
     assert slug is not None

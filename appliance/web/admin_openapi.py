@@ -348,6 +348,7 @@ PATHS: dict[str, dict[str, Any]] = {
                 params=[
                     {**_query("slug", {"type": "string"}, "Toolkit slug."), "required": True},
                     _PROJECT_Q,
+                    _query("title", {"type": "string", "maxLength": 200}, "Its title (absent: kept)."),
                     _query("dry_run", {"type": "boolean"}, "Read and report; store nothing."),
                     _query("skip_unreadable", {"type": "boolean"}, "Store the readable documents."),
                 ],

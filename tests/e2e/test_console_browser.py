@@ -7,14 +7,17 @@ handlers, ``javascript:`` URLs and template syntax is imported from an OpenAPI s
 a stdio MCP server, and never runs (``window.__pwned`` stays undefined, no dialog opens, no
 CSP violation is reported, ``{{7*7}}`` stays text), nor when calls of a tool with a hostile
 upstream name and of the toolkit with a hostile title are in its call history and the
-overview (that toolkit broken, listed by its title). A POST without the session's CSRF token
+overview (that toolkit broken, listed by its title), nor when a Lore archive whose file names
+carry them is dry-run on the Import page. A POST without the session's CSRF token
 changes nothing; the console refuses to be framed; its cookie is not readable by script;
 every control is labelled and focus is visible.
 """
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -362,6 +365,8 @@ def test_every_control_is_labelled_and_focus_is_visible(app: Appliance, watched:
         "/console/import",
         "/console/import?mode=local",
         "/console/import?mode=json",
+        "/console/import?mode=lore",
+        "/console/import?mode=examples",
     ):
         page.goto(app.base_url + path)
         assert unlabelled(page) == [], (path, unlabelled(page))
@@ -465,4 +470,29 @@ def test_a_hostile_change_shown_as_a_diff_with_its_screening_reasons_never_runs(
     text = page.locator("main").inner_text()
     assert "Held by screening" in text and "<svg onload=" in text
     _assert_no_injected_element(page, "diff")
+    watched.assert_nothing_ran()
+
+
+def test_a_lore_archive_with_hostile_file_names_dry_runs_as_text(app: Appliance, watched: Watched) -> None:
+    names = [f"{p.replace('/', '|')}.md" for p in hostile_pages.PAYLOADS[:4]]
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name in names:
+            z.writestr(name, f"# {hostile_pages.TEXT}\n\nwords")
+        z.writestr("<svg onload=window.__pwned=1>.bin", b"\x00")
+    page = sign_in(watched, app)
+    page.goto(app.base_url + "/console/import?mode=lore")
+    page.get_by_label("Slug").fill("hostile-kb")
+    page.get_by_label("Title").fill(hostile_pages.PAYLOADS[1])
+    page.get_by_label("Archive (.zip or .tar, .tar.gz)").set_input_files(
+        {"name": "kb.zip", "mimeType": "application/zip", "buffer": out.getvalue()}
+    )
+    page.get_by_role("button", name="Dry run").click()
+    page.wait_for_url("**/console/import/lore")
+    sync_api.expect(page.get_by_role("status")).to_contain_text("Nothing has been saved")
+    documents = page.locator("section[aria-labelledby=documents] tbody code")
+    sync_api.expect(documents).to_have_count(4)
+    assert "<script>window.__pwned" in page.locator("main").inner_text()  # shown as text
+    sync_api.expect(page.locator("section[aria-labelledby=skipped]")).to_contain_text("<svg onload=")
+    _assert_no_injected_element(page, "lore dry run")
     watched.assert_nothing_ran()

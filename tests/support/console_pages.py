@@ -1,5 +1,6 @@
 """Signing a client in to the console, for the in-process console tests: a browser-like
-httpx client with the session cookie, and the CSRF token its pages carry."""
+httpx client with the session cookie, and the CSRF token its pages carry; the controls of a
+page that no label names."""
 
 from __future__ import annotations
 
@@ -26,3 +27,17 @@ def signed_in(app: InProcess, key: str, *, landing: str = "/console/toolkits") -
     page = client.get(landing)
     assert page.status_code == 200, page.text[:300]
     return client, csrf_of(page)
+
+
+_IDS = re.compile(r'<(?:input|select|textarea)[^>]*\bid="([^"]+)"')
+_LABELLED = re.compile(r'<label[^>]*for="([^"]+)"')
+_NAMELESS = re.compile(
+    r'<(?:input|select|textarea)(?![^>]*type="hidden")(?![^>]*\bid=)(?![^>]*aria-label=)[^>]*>'
+)
+
+
+def unlabelled(page: str) -> list[str]:
+    """Every control of a page's HTML that no ``<label for>`` names and has no ``aria-label``
+    (hidden inputs aside): an empty list when each is labelled."""
+    labelled = set(_LABELLED.findall(page))
+    return sorted(set(_IDS.findall(page)) - labelled) + _NAMELESS.findall(page)

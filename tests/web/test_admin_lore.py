@@ -59,6 +59,7 @@ def archive(files: dict[str, str]) -> bytes:
         ("?slug=kb&dry_run=perhaps", archive({"a.md": "# a"}), {}, "dry_run"),
         ("?slug=Not+A+Slug", archive({"a.md": "# a"}), {}, "slug"),
         ("?slug=kb", b"PK\x03\x04 not a zip", {}, "source"),
+        ("?slug=kb&title=%07", archive({"a.md": "# a"}), {}, "title"),
     ],
 )
 def test_a_bad_request_is_refused_naming_the_field(
@@ -79,9 +80,16 @@ def test_a_dry_run_reports_and_stores_nothing_then_the_import_stores(api: httpx.
     assert [s["where"] for s in report["skipped"]] == ["b.bin"]
     assert any(".hidden/c.md" in n for n in report["notes"])
     assert all(k["slug"] != "dry" for k in api.get("/api/v1/toolkits").json()["toolkits"])
-    stored = api.post("/api/v1/toolkits/lore?slug=dry&skip_unreadable=1", content=data)
+    assert report["documents"]["files"] == [
+        {"path": "a.md", "title": "Alpha", "format": "markdown", "chunks": 1}
+    ]
+    stored = api.post("/api/v1/toolkits/lore?slug=dry&skip_unreadable=1&title=Alpha+notes", content=data)
     assert stored.status_code == 201, stored.text
     assert stored.json()["tool_count"] == 3
+    again = api.post("/api/v1/toolkits/lore?slug=dry&skip_unreadable=1", content=data)
+    assert again.status_code == 201  # the title stays as it was set
+    (kit,) = [k for k in api.get("/api/v1/toolkits").json()["toolkits"] if k["toolkit"] == "dry"]
+    assert kit["title"] == "Alpha notes"
 
 
 def test_a_search_lore_call_on_a_toolkit_with_a_fee_charges_that_fee_and_is_audited(

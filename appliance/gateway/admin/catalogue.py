@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from appliance.access import principals
 from appliance.catalogue import store, toolkit_pages
 from appliance.db import SyncReader
-from appliance.errors import InvalidParams, NotFound
-from appliance.gateway import imports, sync
+from appliance.errors import ImportFailed, InvalidParams, NotFound
+from appliance.gateway import imports, lore, sync
 from appliance.gateway.admin.grants import managed_toolkit, set_toolkit_access, toolkit_access
 from appliance.gateway.admin.projects import check_project
 from appliance.gateway.screening import reveal
@@ -191,21 +191,49 @@ async def reclassify(
 
 
 async def reimport(
-    rt: Runtime, actor: Principal, slug: str, project: str, *, data: bytes | None = None
+    rt: Runtime,
+    actor: Principal,
+    slug: str,
+    project: str,
+    *,
+    data: bytes | None = None,
+    skip_unreadable: bool = False,
 ) -> dict[str, Any]:
-    """Re-import a managed OpenAPI toolkit: its spec fetched again from the URL it came from
-    (``data`` None) or the one handed in, then a replace (tools matched by upstream name keep
-    their approvals, kinds, grants and vectors). The import report, with what it changed
-    (added, changed, removed, returned) and the operations skipped with why.
+    """Re-import a managed OpenAPI or Lore toolkit; the import report.
 
-    A toolkit imported from a file on the server, or from a request body, has no URL to
-    fetch again: its new spec must be handed in (no manager reads a server's file)."""
+    OpenAPI: its spec fetched again from the URL it came from (``data`` None) or the one
+    handed in, then a replace (tools matched by upstream name keep their approvals, kinds,
+    grants and vectors); the report says what it changed (added, changed, removed, returned)
+    and the operations skipped with why. A toolkit imported from a file on the server, or
+    from a request body, has no URL to fetch again: its new spec must be handed in (no
+    manager reads a server's file). Lore: the new archive (``data``) updates the documents
+    in place (``lore.import_lore``, as the API's upload of the same slug): changed ones
+    re-indexed, removed ones gone; its report's ``documents`` says which."""
     kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
     found = await rt.db.reading(lambda r: store.find_toolkits_in(r, slug, project=project))
     kit = found[0] if found and found[0].id == kit_id else None
+    if kit is not None and kit.source_kind == "lore":
+        if not data:
+            raise InvalidParams(
+                "'archive' is needed: upload the knowledge base's new archive", field="archive"
+            )
+        try:
+            updated = await lore.import_lore(
+                rt,
+                "console upload",
+                slug=slug,
+                project=project,
+                data=data,
+                skip_unreadable=skip_unreadable,
+                importer=actor,
+            )
+        except ImportFailed as exc:
+            exc.field = "archive" if exc.field == "source" else exc.field
+            raise
+        return updated.as_dict()
     if kit is None or kit.source_kind != "openapi":
         raise InvalidParams(
-            f"toolkit {slug!r} is not an OpenAPI toolkit; an MCP toolkit is re-synced instead",
+            f"toolkit {slug!r} is not an OpenAPI or Lore toolkit; an MCP toolkit is re-synced instead",
             field="toolkit",
         )
     if data is None and not kit.source.startswith(("http://", "https://")):

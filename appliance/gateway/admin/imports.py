@@ -29,7 +29,7 @@ import orjson
 
 from appliance.access import principals
 from appliance.errors import ApplianceError, ImportFailed, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import imports, redaction
+from appliance.gateway import examples_import, imports, lore, redaction
 from appliance.gateway.admin.projects import check_project
 from appliance.models import RUNNER_FOR_KIND, Principal
 
@@ -50,7 +50,7 @@ class Draft:
 
     holder: str
     key_prefix: str
-    kind: str  # openapi or mcp
+    kind: str  # openapi, mcp, lore or examples
     slug: str
     project: str
     source: str = ""
@@ -59,6 +59,9 @@ class Draft:
     connection: dict[str, Any] = field(default_factory=dict)
     approve_new: bool = False
     fingerprint: str | None = None
+    title: str | None = None  # lore
+    skip_unreadable: bool = False  # lore
+    fmt: str = "auto"  # examples
     made: float = field(default_factory=time.monotonic)
 
 
@@ -208,6 +211,119 @@ async def preview_mcp(
     return drafts(rt).put(draft), _preview(report)
 
 
+async def preview_lore(
+    rt: Runtime,
+    actor: Principal,
+    holder: str,
+    *,
+    slug: str,
+    project: str,
+    data: bytes | None,
+    title: str = "",
+    skip_unreadable: bool = False,
+) -> tuple[str, dict[str, Any]]:
+    """A dry run of a Lore import from an uploaded archive (``lore.import_lore``, as the API):
+    the documents it would index (path, title, format, chunks) and the files it cannot read
+    with why; nothing stored. Saving imports the very bytes the dry run read."""
+    principals.require_person(actor)
+    slug, project = _text(slug, "slug", required=True), check_project(_text(project, "project") or "default")
+    if not data:
+        raise InvalidParams(
+            "'archive' is required: upload a .zip or .tar(.gz) of the documents", field="archive"
+        )
+    try:
+        report = await lore.import_lore(
+            rt,
+            "console upload",
+            slug=slug,
+            project=project,
+            data=data,
+            dry_run=True,
+            skip_unreadable=skip_unreadable,
+            importer=actor,
+            title=_text(title, "title") or None,
+        )
+    except (ImportFailed, InvalidParams) as exc:
+        _renamed(exc, {"source": "archive"})
+        raise
+    draft = Draft(
+        holder,
+        actor.key_prefix,
+        "lore",
+        slug,
+        project,
+        source="console upload",
+        data=data,
+        title=_text(title, "title") or None,
+        skip_unreadable=skip_unreadable,
+    )
+    return drafts(rt).put(draft), _preview(report)
+
+
+async def preview_examples(
+    rt: Runtime,
+    actor: Principal,
+    holder: str,
+    *,
+    slug: str,
+    project: str,
+    data: bytes | None,
+    field_name: str,
+    fmt: str = "auto",
+    base_url: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """A dry run of tools inferred from examples (``examples_import``, as the API: an admin's):
+    each tool with its method, path, parameters, what it was inferred from and whether the
+    naming model named it; nothing stored. ``field_name``: the form field the examples came
+    from, which a refusal of the examples names (the message says which line or entry)."""
+    principals.require_person(actor)
+    slug, project = _text(slug, "slug", required=True), check_project(_text(project, "project") or "default")
+    if not data:
+        raise InvalidParams(
+            "'examples' is required: paste curl lines or HTTP pairs, or upload a HAR file", field="examples"
+        )
+    base = _text(base_url, "base_url") or None
+    fmt = _text(fmt, "format") or "auto"
+    try:
+        report = await examples_import.import_examples(
+            rt,
+            "console",
+            slug=slug,
+            project=project,
+            fmt=fmt,
+            base_url=base,
+            dry_run=True,
+            data=data,
+            importer=actor,
+        )
+    except (ImportFailed, UpstreamError, InvalidParams) as exc:
+        _examples_field(exc, field_name)
+        raise
+    draft = Draft(
+        holder,
+        actor.key_prefix,
+        "examples",
+        slug,
+        project,
+        source="console",
+        data=data,
+        base_url=base,
+        fmt=fmt,
+        fingerprint=report.fingerprint,
+    )
+    return drafts(rt).put(draft), _preview(report)
+
+
+_EXAMPLES_FIELDS = ("slug", "project", "format", "base_url")
+
+
+def _examples_field(exc: ImportFailed | UpstreamError | InvalidParams, field_name: str) -> None:
+    """An examples refusal names a line or an entry of the examples (its message says which):
+    on a form, that is the field they came from."""
+    if exc.field not in _EXAMPLES_FIELDS:
+        exc.field = field_name
+
+
 async def save(rt: Runtime, actor: Principal, holder: str, key: str) -> dict[str, Any]:
     """Import what the dry run ``key`` of this session previewed; the import report."""
     principals.require_person(actor)
@@ -222,7 +338,38 @@ async def save(rt: Runtime, actor: Principal, holder: str, key: str) -> dict[str
 
 
 async def _import(rt: Runtime, actor: Principal, draft: Draft) -> dict[str, Any]:
-    if draft.kind == "openapi":
+    if draft.kind == "lore":
+        try:
+            report = await lore.import_lore(
+                rt,
+                draft.source,
+                slug=draft.slug,
+                project=draft.project,
+                data=draft.data,
+                skip_unreadable=draft.skip_unreadable,
+                importer=actor,
+                title=draft.title,
+            )
+        except (ImportFailed, InvalidParams) as exc:
+            _renamed(exc, {"source": "archive"})
+            raise
+    elif draft.kind == "examples":
+        try:
+            report = await examples_import.import_examples(
+                rt,
+                draft.source,
+                slug=draft.slug,
+                project=draft.project,
+                fmt=draft.fmt,
+                base_url=draft.base_url,
+                data=draft.data,
+                importer=actor,
+                expect=draft.fingerprint,
+            )
+        except (ImportFailed, UpstreamError, InvalidParams) as exc:
+            _examples_field(exc, "examples")
+            raise
+    elif draft.kind == "openapi":
         report = await imports.import_openapi(
             rt,
             draft.source,

@@ -1,12 +1,14 @@
 """The console's import page, ``/console/import``: OpenAPI by URL, upload or paste; MCP by
-remote URL, local command or a pasted ``.mcp.json``; each a dry run first.
+remote URL, local command or a pasted ``.mcp.json``; a Lore knowledge base from an uploaded
+archive; tools inferred from endpoint examples (pasted curl lines or HTTP pairs, an uploaded
+HAR); each a dry run first.
 
 A dry run answers with the tools it would create (name, kind, runner, description) and the
 operations skipped with why, and a "Save" form that names only the dry run's draft: what it
 was given stays on the server (``gateway/admin/imports``), bound to this session, so "Save"
 imports exactly what was shown and never a list of tools from the browser. A refusal
-re-renders the form with the message naming the field (the spec and any environment value
-are never echoed back: an environment may hold a credential).
+re-renders the form with the message naming the field (the spec, any environment value and
+the examples are never echoed back: an environment or an example may hold a credential).
 """
 
 from __future__ import annotations
@@ -25,8 +27,22 @@ from appliance.web.console.routes import _context, _see_other, bp, failure
 from appliance.web.console.toolkit_forms import spec_from_form
 
 # the form fields shown again after a refusal (never a spec, an environment or a .mcp.json)
-_KEPT = ("slug", "project", "url", "base_url", "transport", "command", "args", "server", "approve")
-MODES = ("openapi", "remote", "local", "json")
+_KEPT = (
+    "slug",
+    "project",
+    "url",
+    "base_url",
+    "transport",
+    "command",
+    "args",
+    "server",
+    "approve",
+    "title",
+    "skip_unreadable",
+    "format",
+)
+MODES = ("openapi", "remote", "local", "json", "lore", "examples")
+FORMATS = ("auto", "curl", "http", "har")
 
 
 def _form(request: Request, name: str) -> str:
@@ -38,6 +54,7 @@ def _page(request: Request, *, mode: str = "openapi", error: ApplianceError | No
     context = _context(
         request,
         mode=mode,
+        formats=FORMATS,
         kept=kept,
         error=error.public_message if error else "",
         error_field=(error.field or "") if error else "",
@@ -80,14 +97,52 @@ def _connection(request: Request, mode: str) -> dict[str, Any]:
     return imports.mcp_json_connection(pasted, _form(request, "server").strip() or None)
 
 
-@bp.post("/import/<mode:openapi|remote|local|json>")
+def _upload(request: Request, name: str) -> bytes | None:
+    upload = request.files.get(name) if request.files else None
+    return bytes(upload.body) if upload is not None and upload.body else None
+
+
+async def _preview_more(request: Request, mode: str, slug: str, project: str) -> tuple[str, dict[str, Any]]:
+    """A Lore archive's or endpoint examples' dry run (``gateway/admin/imports``)."""
+    rt, viewer = request.app.ctx.rt, request.ctx.viewer
+    if mode == "lore":
+        return await imports.preview_lore(
+            rt,
+            viewer,
+            _holder(request),
+            slug=slug,
+            project=project,
+            data=_upload(request, "archive"),
+            title=_form(request, "title"),
+            skip_unreadable=_form(request, "skip_unreadable") == "on",
+        )
+    har = _upload(request, "har_file")
+    pasted = _form(request, "examples")
+    if har is not None and pasted.strip():
+        raise InvalidParams("'examples': paste the examples or upload a HAR file, not both", field="examples")
+    return await imports.preview_examples(
+        rt,
+        viewer,
+        _holder(request),
+        slug=slug,
+        project=project,
+        data=har if har is not None else (pasted.encode() if pasted.strip() else None),
+        field_name="har_file" if har is not None else "examples",
+        fmt=_form(request, "format") or "auto",
+        base_url=_form(request, "base_url") or None,
+    )
+
+
+@bp.post("/import/<mode:openapi|remote|local|json|lore|examples>")
 async def dry_run(request: Request, mode: str) -> HTTPResponse:
     """A dry run: nothing is stored; the preview page with its "Save" form."""
     rt, viewer = request.app.ctx.rt, request.ctx.viewer
     try:
         guard.check_csrf(request)
         slug, project = _form(request, "slug"), _form(request, "project")
-        if mode == "openapi":
+        if mode in ("lore", "examples"):
+            draft, report = await _preview_more(request, mode, slug, project)
+        elif mode == "openapi":
             draft, report = await imports.preview_openapi(
                 rt,
                 viewer,
@@ -112,7 +167,9 @@ async def dry_run(request: Request, mode: str) -> HTTPResponse:
         if exc.field == "csrf":
             return failure(request, exc)
         return _page(request, mode=mode, error=exc)
-    return render("import_preview.html", _context(request, draft=draft, report=report, mode=mode))
+    skip = _form(request, "skip_unreadable") == "on"
+    context = _context(request, draft=draft, report=report, mode=mode, skip_unreadable=skip)
+    return render("import_preview.html", context)
 
 
 @bp.post("/import/save")
@@ -125,6 +182,13 @@ async def save(request: Request) -> HTTPResponse:
     except ApplianceError as exc:
         return failure(request, exc)
     held = len(report.get("held") or [])
+    more = ""
+    pending = sum(1 for t in report["tools"] if t.get("state") == "pending")
+    if pending:  # tools inferred from examples, each to approve by name
+        more += f"&pending={pending}"
+    if report.get("documents") is not None:
+        more += f"&docs={report['documents']['count']}"
     return _see_other(
-        f"/console/toolkits/{report['project']}/{report['slug']}?done=imported&n={report['tool_count']}&held={held}"
+        f"/console/toolkits/{report['project']}/{report['slug']}"
+        f"?done=imported&n={report['tool_count']}&held={held}{more}"
     )

@@ -27,7 +27,13 @@ PREFIX = "/console"
 bp = Blueprint("console", url_prefix=PREFIX)
 log = logging.getLogger(__name__)
 
-TYPE_NAMES = {"openapi": "OpenAPI", "remote": "remote MCP", "local": "local MCP", "catalog": "catalogue"}
+TYPE_NAMES = {
+    "openapi": "OpenAPI",
+    "remote": "remote MCP",
+    "local": "local MCP",
+    "catalog": "catalogue",
+    "lore": "Lore knowledge base",
+}
 HEALTHS = ("active", "degraded", "broken", "starting")
 SIGNIN_MAX_AGE_S = 3600
 HISTORY_PAGE = 20
@@ -216,7 +222,12 @@ def _notice(request: Request) -> str:
     if done == "imported":
         held = _count(request, "held")
         more = f" {_plural(held, 'tool')} held pending by screening: review below." if held else ""
-        return f"Imported {_plural(_count(request, 'n'), 'tool')}.{more}"
+        docs = _count(request, "docs")
+        over = f" over {_plural(docs, 'document')}" if docs else ""
+        pending = _count(request, "pending")
+        if pending:
+            more += f" {_plural(pending, 'tool')} inferred from examples: approve each by name below."
+        return f"Imported {_plural(_count(request, 'n'), 'tool')}{over}.{more}"
     if done == "credential":
         return "Credential saved and sealed in the vault. Its value is never shown again."
     if done == "uncredential":

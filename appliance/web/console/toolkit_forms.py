@@ -1,5 +1,5 @@
 """A toolkit page's forms beyond the first landing: its credential (set, replace, clear) and
-the re-import of an OpenAPI toolkit with its report.
+the re-import of an OpenAPI toolkit (or a Lore one, from a new archive) with its report.
 
 Like every console route: the CSRF token first, then one operation of ``gateway/admin``.
 A credential is write-only: the form's secret fields are never echoed back (not in a page,
@@ -75,7 +75,18 @@ async def reimport(request: Request, project: str, slug: str) -> HTTPResponse:
     rt, viewer = request.app.ctx.rt, request.ctx.viewer
     try:
         guard.check_csrf(request)
-        report = await catalogue.reimport(rt, viewer, slug, project, data=spec_from_form(request))
+        upload = request.files.get("archive") if request.files else None
+        if upload is not None and upload.body:  # a Lore toolkit's new archive
+            report = await catalogue.reimport(
+                rt,
+                viewer,
+                slug,
+                project,
+                data=bytes(upload.body),
+                skip_unreadable=_form(request, "skip_unreadable") == "on",
+            )
+        else:
+            report = await catalogue.reimport(rt, viewer, slug, project, data=spec_from_form(request))
     except ApplianceError as exc:
         return failure(request, exc)
     base = f"/console/toolkits/{project}/{slug}"
