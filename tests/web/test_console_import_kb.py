@@ -345,6 +345,24 @@ def test_an_examples_dry_run_lists_inferred_tools_then_saves_them_pending_and_un
     )
     assert one.status_code == 303
     assert found_by_agents(app, "notes") == ["notes__get_note"]
+    # The page offers no spec re-import, and a hand-made one is refused: a spec would replace
+    # the reviewed guesses with tools nobody approved one by one.
+    spec = json.dumps(
+        {
+            "openapi": "3.0.0",
+            "info": {"title": "t", "version": "1"},
+            "paths": {
+                "/v1/notes": {
+                    "get": {"operationId": "list_notes", "responses": {"200": {"description": "ok"}}}
+                }
+            },
+        }
+    )
+    forged = admin.post(
+        "/console/toolkits/default/notes/reimport", data={"csrf": page_csrf.group(1), "spec_text": spec}
+    )
+    assert forged.status_code == 422 and "import its examples again" in forged.text
+    assert counts(app) == (before[0] + 1, before[1] + 4)
 
 
 def found_by_agents(app: InProcess, query: str) -> list[str]:

@@ -236,6 +236,13 @@ async def reimport(
             f"toolkit {slug!r} is not an OpenAPI or Lore toolkit; an MCP toolkit is re-synced instead",
             field="toolkit",
         )
+    card = await rt.db.reading(lambda r: toolkit_pages.card_in(r, slug, project))
+    if card is not None and card["inferred"]:  # a spec would silently replace reviewed guesses
+        raise InvalidParams(
+            f"toolkit {slug!r} was inferred from examples: import its examples again (replace) "
+            "rather than an OpenAPI spec",
+            field="toolkit",
+        )
     if data is None and not kit.source.startswith(("http://", "https://")):
         raise InvalidParams(
             "'spec' is needed: this toolkit's spec came from no URL; upload or paste the new one",
