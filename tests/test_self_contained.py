@@ -7,6 +7,7 @@ its fixture was missing hid it). Everything now lives in the repository; this ke
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -76,3 +77,30 @@ def test_every_fixture_and_data_set_the_tests_use_is_in_the_repository() -> None
     for name in ("bfcl-live", "livemcpbench", "metatool", "toolbench"):
         for part in ("catalog.jsonl", "queries-dev.jsonl", "SOURCES.md"):
             assert (retrieval / name / part).is_file(), f"{name}/{part}"
+
+
+def _leaving(links: dict[str, str]) -> list[str]:
+    """The links (path in the repository: target) whose target is absolute or climbs out."""
+    return [
+        path
+        for path, target in links.items()
+        if os.path.isabs(target)
+        or os.path.normpath(os.path.join(os.path.dirname(path), target)).startswith("..")
+    ]
+
+
+def test_no_tracked_symbolic_link_points_out_of_the_repository() -> None:
+    # A worktree's links to another checkout's model and npm peers were once committed: a
+    # merge then replaced the real folders with links to themselves, and a clone got links
+    # to a path that does not exist there.
+    out = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    paths = [line.split("\t", 1)[1] for line in out.splitlines() if line.startswith("120000 ")]
+    links = {path: os.readlink(REPO / path) for path in paths if (REPO / path).is_symlink()}
+    assert _leaving(links) == [], f"tracked links that leave the repository: {_leaving(links)}"
+
+
+def test_the_link_check_catches_absolute_and_climbing_targets() -> None:
+    links = {"a/model": "/elsewhere/model", "b/c": "../../x", "d/e": "../f", "g": "h/i"}
+    assert _leaving(links) == ["a/model", "b/c"]
