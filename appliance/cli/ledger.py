@@ -8,19 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import orjson
 
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, number, run, settings_for
 from appliance.models import OPERATOR
-
-
-def _number(text: str, field: str) -> Any:
-    """A number as JSON reads it (so the API's strict rules apply, NaN refused and all)."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        fail(f"{field} must be a number, not {text!r}", 2)
-    return value
 
 
 @main.command()
@@ -98,7 +88,7 @@ def credits_grant(settings: Any, user: str, amount: str, note: str, as_json: boo
     """Grant AMOUNT credits to USER (negative: take back, never below 0)."""
     from appliance.gateway.admin import ledger
 
-    value = _number(amount, "amount")
+    value = number(amount, "amount")
     done = run(settings, lambda rt: ledger.grant_credit(rt, OPERATOR, user, value, note=note))
     emit(done) if as_json else click.echo(f"{user}: {done['balance']} credits (entry #{done['entry']})")
 
@@ -173,7 +163,7 @@ def quota_set(
     doc: dict[str, Any] = {}
     for key, raw in (("fee", fee), ("daily_limit", daily), ("monthly_limit", monthly)):
         if raw is not None:
-            doc[key] = _number(raw, key)
+            doc[key] = number(raw, key)
     if unit is not None:
         doc["unit"] = unit
     if not doc:
