@@ -21,6 +21,7 @@
     ├── QuotaExhausted                  429  -32002  quota_exhausted  (window, limit, used, resets_at)
     ├── IdempotencyConflict             409  -32004  idempotency_key_reused / idempotency_in_progress
     ├── Unauthorized                    401  -32001  unauthorized
+    │   └── KeyExpired                  401  -32001  key_expired      (the right key, past its expiry)
     ├── Forbidden                       403  -32001  forbidden
     │   ├── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
     │   ├── CallRefused                 403  -32006  read_only / policy_denied (call policy)
@@ -153,6 +154,13 @@ class Unauthorized(ApplianceError):
     http_status = 401
     rpc_code = -32001
     reason = "unauthorized"
+
+
+class KeyExpired(Unauthorized):
+    """The key is right but past its expiry. Only its holder can learn this (the secret's hash
+    matched first), so saying so reveals nothing, and tells the holder what to do."""
+
+    reason = "key_expired"
 
 
 class Forbidden(ApplianceError):

@@ -153,6 +153,10 @@ class Principal:
     operator: bool = False
     anonymous: bool = False
     read_only: bool = False  # the key or its agent is read-only: read tools only (issue 20)
+    # A narrower key (issue 20): a subset of what its agent may call (``access/visibility.py``
+    # reads it by the key's prefix) and a budget of its own in millicredits (None: none).
+    narrowed: bool = False
+    budget: int | None = None
 
 
 @dataclass(frozen=True)

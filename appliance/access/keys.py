@@ -6,6 +6,12 @@ The prefix (first 12 characters) is not secret: it names the key in listings and
 A key belongs to a user, or to one of that user's agents; every request looks it up again,
 so expiry and revocation count from the next request (the lookup is remembered only until
 the database changes: see ``authenticate_cached``).
+
+A key may be narrower than what it acts for (issue 20): a subset of its agent's (or user's)
+toolkits and tools, checked at creation against that scope (``narrowing_in``: never wider)
+and intersected with it at every look (``access/visibility.py``), and a credit budget of its
+own, which the ledger's book enforces beside the user's balance. An expired key is refused
+with its own reason (``KeyExpired``): only its holder, who sent the right secret, learns it.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from appliance.access import policy
-from appliance.db import Database, ReadConn, Reader, WriteTx, dumps, loads
-from appliance.errors import Conflict, InvalidParams, NotFound, Unauthorized
+from appliance.access import policy, visibility
+from appliance.db import Database, ReadConn, Reader, SyncReader, WriteTx, dumps, loads
+from appliance.errors import Conflict, Forbidden, InvalidParams, KeyExpired, NotFound, Unauthorized
 from appliance.models import Principal
 
 KEY_PREFIX = "tsk_"
@@ -77,13 +83,17 @@ async def add_key(
     expires_at: str | None = None,
     preload: list[str] | None = None,
     read_only: bool = False,
+    scope: list[tuple[int, str]] | None = None,
+    budget: int | None = None,
 ) -> str:
+    """Store a key. ``scope``: (toolkit id, tool name or "") rows from ``narrowing_in``, the
+    key's narrowing (None: as wide as what it acts for); ``budget``: millicredits of its own."""
     prefix = key[:PREFIX_LEN]
     if await tx.one("SELECT 1 FROM api_keys WHERE prefix = ?", (prefix,)):
         raise Conflict("a key with this prefix already exists", field="key")
     await tx.run(
-        "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash, expires_at, preload, read_only)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO api_keys (user_id, agent_id, name, prefix, secret_hash, expires_at, preload, read_only,"
+        " narrowed, budget_milli) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             user_id,
             agent_id,
@@ -93,8 +103,16 @@ async def add_key(
             expires_at,
             None if preload is None else dumps(preload),
             int(read_only),
+            int(scope is not None),
+            budget,
         ),
     )
+    if scope:
+        row = await tx.one("SELECT id FROM api_keys WHERE prefix = ?", (prefix,))
+        await tx.run_many(
+            "INSERT OR IGNORE INTO api_key_scopes (key_id, toolkit_id, tool_name) VALUES (?, ?, ?)",
+            [(int(row["id"]), kit, name) for kit, name in scope],
+        )
     if read_only:
         await policy.bump(tx)
     return prefix
@@ -109,6 +127,8 @@ async def create_key(
     expires_at: str | None = None,
     preload: list[str] | None = None,
     read_only: bool = False,
+    scope: list[tuple[int, str]] | None = None,
+    budget: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """A new key (the only time its secret exists outside the caller) and its listing."""
     key = new_key()
@@ -121,6 +141,8 @@ async def create_key(
         expires_at=expires_at,
         preload=preload,
         read_only=read_only,
+        scope=scope,
+        budget=budget,
     )
     listed = await key_info(tx, prefix)
     assert listed is not None
@@ -128,7 +150,8 @@ async def create_key(
 
 
 _LISTING = (
-    "SELECT k.prefix, k.name, k.user_id, u.name AS user_name, k.agent_id, a.name AS agent_name,"
+    "SELECT k.id, k.narrowed, k.budget_milli, k.prefix, k.name, k.user_id, u.name AS user_name,"
+    " k.agent_id, a.name AS agent_name,"
     " k.created_at, k.expires_at, k.revoked_at, k.preload, k.read_only, a.read_only AS agent_read_only"
     " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
 )
@@ -149,12 +172,37 @@ def _listing(row: Any) -> dict[str, Any]:
         # The key's own flag, and what it runs under: its agent's flag can only narrow it.
         "read_only": bool(row["read_only"]),
         "effective_read_only": bool(row["read_only"] or row["agent_read_only"]),
+        # The narrowing as stored (``_with_scopes`` fills it in); what it gives is always
+        # this intersected with the agent's scope of the moment.
+        "scope": [] if row["narrowed"] else None,
+        "budget_milli": row["budget_milli"],
     }
+
+
+async def _with_scopes(conn: ReadConn, rows: list[Any]) -> list[dict[str, Any]]:
+    """The listings of ``rows``, each narrowed key's scope read in one statement for all."""
+    out = [_listing(r) for r in rows]
+    narrowed = {int(r["id"]): listed for r, listed in zip(rows, out, strict=True) if r["narrowed"]}
+    if not narrowed:
+        return out
+    found = await conn.all(
+        "SELECT s.key_id, k.slug, p.slug AS project, s.tool_name FROM api_key_scopes s"
+        " JOIN toolkits k ON k.id = s.toolkit_id JOIN projects p ON p.id = k.project_id"
+        " WHERE s.key_id IN (SELECT value FROM json_each(?)) ORDER BY p.slug, k.slug, s.tool_name",
+        (dumps(list(narrowed)),),
+    )
+    for key_id, slug, project, tool in found:
+        entries = narrowed[int(key_id)]["scope"]
+        if not entries or (entries[-1]["toolkit"], entries[-1]["project"]) != (slug, project):
+            entries.append({"toolkit": slug, "project": project, "tools": []})
+        if tool:
+            entries[-1]["tools"].append(tool)
+    return out
 
 
 async def key_info(conn: ReadConn, prefix: str) -> dict[str, Any] | None:
     row = await conn.one(_LISTING + " WHERE k.prefix = ?", (prefix,))
-    return None if row is None else _listing(row)
+    return None if row is None else (await _with_scopes(conn, [row]))[0]
 
 
 async def list_keys(
@@ -170,7 +218,7 @@ async def list_keys(
         params.append(agent_id)
     where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
     rows = await conn.all(_LISTING + where + " ORDER BY k.id DESC", params)
-    return [_listing(r) for r in rows]
+    return await _with_scopes(conn, rows)
 
 
 async def live_key_counts(conn: ReadConn, agent_ids: list[int]) -> dict[int, int]:
@@ -217,9 +265,9 @@ async def has_admin_key(conn: ReadConn) -> bool:
 
 async def authenticate(conn: ReadConn, key: str) -> Principal:
     """The principal behind a key; one error text for every failure (no oracle)."""
-    principal, expired, _ = await conn.batch(lambda r: lookup_in(r, key))
+    principal, expired, expires_at = await conn.batch(lambda r: lookup_in(r, key))
     if expired:
-        raise _denied()
+        raise _expired(expires_at)
     return principal
 
 
@@ -235,12 +283,19 @@ async def authenticate_cached(db: Database, key: str) -> Principal:
         raise _denied()
     principal, expired, expires_at = await db.remembered(("api_key", _hash(key)), lambda r: lookup_in(r, key))
     if expired or (expires_at is not None and expires_at <= _sqlite_now()):
-        raise _denied()
+        raise _expired(expires_at)
     return principal
 
 
 def _denied() -> Unauthorized:
     return Unauthorized("invalid or missing API key")
+
+
+def _expired(expires_at: str | None) -> KeyExpired:
+    return KeyExpired(
+        f"this API key expired at {expires_at}; ask whoever issued it for a new one",
+        data={"expired_at": expires_at},
+    )
 
 
 def _sqlite_now() -> str:
@@ -255,7 +310,8 @@ PRINCIPAL_COLUMNS = (
     "k.id AS key_id, k.secret_hash, k.prefix, k.revoked_at, k.preload AS key_preload, k.expires_at,"
     f" k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired,"
     " u.id AS user_id, u.name, u.is_admin, a.id AS agent_id, a.name AS agent_name,"
-    " a.preload AS agent_preload, k.read_only OR coalesce(a.read_only, 0) AS read_only"
+    " a.preload AS agent_preload, k.read_only OR coalesce(a.read_only, 0) AS read_only,"
+    " k.narrowed, k.budget_milli"
 )
 PRINCIPAL_FROM = " FROM api_keys k JOIN users u ON u.id = k.user_id LEFT JOIN agents a ON a.id = k.agent_id"
 
@@ -272,6 +328,44 @@ def principal_of(row: Any) -> Principal:
         agent_name=row["agent_name"],
         preload=tuple(preload or ()),
         read_only=bool(row["read_only"]),
+        narrowed=bool(row["narrowed"]),
+        budget=None if row["budget_milli"] is None else int(row["budget_milli"]),
+    )
+
+
+def narrowing_in(
+    r: SyncReader, parent: Principal, wanted: list[tuple[str, str, list[str]]]
+) -> list[tuple[int, str]]:
+    """A new key's narrowing as rows, each checked against ``parent`` (the principal the key
+    acts for, as its agent's grants stand now): ``wanted`` is (toolkit slug, project, tool
+    full names; none: the whole toolkit). Anything ``parent`` cannot call is refused, with
+    one text whether it exists or not: a key never widens, and the refusal reveals nothing."""
+    scope = visibility.compute(r, parent)
+    rows: list[tuple[int, str]] = []
+    for slug, project, tools in wanted:
+        found = r.one(
+            "SELECT k.id FROM toolkits k JOIN projects p ON p.id = k.project_id"
+            " WHERE k.slug = ? AND p.slug = ?",
+            (slug, project),
+        )
+        if found is None or not scope.sees_toolkit(int(found[0])):
+            raise _wider(f"toolkit {slug!r} (project {project!r})", parent)
+        kit = int(found[0])
+        if not tools:
+            rows.append((kit, ""))
+        for name in tools:
+            tool = r.one("SELECT id FROM tools WHERE toolkit_id = ? AND name = ?", (kit, name))
+            if tool is None or not scope.sees_tool(kit, int(tool[0])):
+                raise _wider(f"tool {name!r}", parent)
+            rows.append((kit, name))
+    return rows
+
+
+def _wider(what: str, parent: Principal) -> Forbidden:
+    holder = f"agent {parent.agent_name!r}" if parent.agent_id is not None else f"user {parent.name!r}"
+    return Forbidden(
+        f"{what} is not among what {holder} may call: a key can only narrow it, never widen it",
+        field="scope",
     )
 
 

@@ -45,6 +45,10 @@ def require_person(actor: Principal) -> None:
     """Management needs a user's own key (or the operator): never an agent's, never none."""
     if actor.anonymous or actor.agent_id is not None:
         raise Forbidden("managing users, agents, keys and grants needs a user's key, not an agent's")
+    if actor.narrowed or actor.budget is not None:
+        # A narrower key (issue 20) would otherwise issue a wider key, or widen its agent's
+        # grants: it manages nothing, so it can never widen anything.
+        raise Forbidden("a narrowed or budgeted key manages nothing: use the user's own unrestricted key")
 
 
 def require_admin(actor: Principal) -> None:

@@ -11,6 +11,10 @@ The rules (issue 4):
 - A grant of selected tools shows only those tools; a toolkit's allow-list (when not empty)
   limits every caller to those tools; pending and disabled tools exist for nobody (the
   catalogue filters ``state`` itself).
+- A narrowed key (issue 20) sees only what its narrowing names (whole toolkits, or some of
+  their tools) *and* what its agent (or user) sees now: the intersection, so a grant taken
+  from the agent after the key was made is gone from the key too. A narrowed key whose
+  every toolkit was removed sees nothing.
 - A caller without a key (``anonymous``) sees published toolkits only, and may not call.
 - The operator (CLI without a key) sees everything.
 
@@ -39,16 +43,20 @@ def scope_in(r: SyncReader, principal: Principal) -> Scope:
     if principal.operator:
         return EVERYTHING
     memo: dict[tuple[Any, ...], Scope] = r.memo.setdefault(_MEMO, {})
-    key = (principal.user_id, principal.agent_id, principal.is_admin, principal.anonymous)
+    narrowing = principal.key_prefix if principal.narrowed else None
+    key = (principal.user_id, principal.agent_id, principal.is_admin, principal.anonymous, narrowing)
     found = memo.get(key)
     if found is None:
         if len(memo) >= _MEMO_MAX:
             memo.clear()
-        found = memo[key] = _compute(r, principal)
+        found = memo[key] = compute(r, principal)
     return found
 
 
-def _compute(r: SyncReader, p: Principal) -> Scope:
+def compute(r: SyncReader, p: Principal) -> Scope:
+    """The principal's scope, read now (no memo: a write transaction's checks use it)."""
+    if p.operator:
+        return EVERYTHING
     visible: list[tuple[int, int | None]]  # (toolkit id, the grant that shows it, if any)
     if p.anonymous:
         rows = r.all("SELECT id, NULL AS grant_id FROM toolkits WHERE visibility = 'published'")
@@ -72,6 +80,8 @@ def _compute(r: SyncReader, p: Principal) -> Scope:
     kit_ids = [kit for kit, _ in visible]
     grant_ids = [g for _, g in visible if g is not None]
     names = _restrictions(r, kit_ids, grant_ids)
+    if p.narrowed:
+        kit_ids, names = _narrowed(r, p.key_prefix, kit_ids, names)
     restricted: dict[int, frozenset[int]] = {}
     if names:
         pairs = [[kit, name] for kit, allowed in names.items() for name in allowed]
@@ -108,6 +118,29 @@ def _restrictions(r: SyncReader, kit_ids: list[int], grant_ids: list[int]) -> di
         for kit, chosen in selected.items():
             out[kit] = out[kit] & chosen if kit in out else chosen
     return out
+
+
+def _narrowed(
+    r: SyncReader, prefix: str, kit_ids: list[int], names: dict[int, set[str]]
+) -> tuple[list[int], dict[int, set[str]]]:
+    """The scope so far cut to the key's narrowing: toolkits it names, tools it names."""
+    whole: set[int] = set()
+    chosen: dict[int, set[str]] = {}
+    for kit, name in r.all(
+        "SELECT s.toolkit_id, s.tool_name FROM api_key_scopes s JOIN api_keys k ON k.id = s.key_id"
+        " WHERE k.prefix = ?",
+        (prefix,),
+    ):
+        if name:
+            chosen.setdefault(int(kit), set()).add(name)
+        else:
+            whole.add(int(kit))
+    kept = [kit for kit in kit_ids if kit in whole or kit in chosen]
+    out = {kit: allowed for kit, allowed in names.items() if kit in kept}
+    for kit in kept:
+        if kit not in whole:  # some of its tools only (a whole-toolkit row covers them all)
+            out[kit] = out[kit] & chosen[kit] if kit in out else set(chosen[kit])
+    return kept, out
 
 
 def _json(value: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from appliance.cli.catalogue import toolkits
-from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, operate
+from appliance.cli.common import JSON_OUT, STORE, emit, fail, main, number, operate
 from appliance.gateway.admin import grants as grant_ops
 from appliance.gateway.admin import keys as key_ops
 from appliance.gateway.admin import people
@@ -64,6 +64,12 @@ def _key_line(k: dict[str, Any]) -> str:
     state = "revoked" if k["revoked_at"] else ("expires " + k["expires_at"] if k["expires_at"] else "active")
     owner = k["user"] + (f"/{k['agent']}" if k["agent"] else "")
     guard = "  read-only" if k["effective_read_only"] else ""
+    if k.get("scope") is not None:
+        guard += "  only " + ", ".join(
+            f"{s['toolkit']}" + (f":{','.join(s['tools'])}" if s["tools"] else "") for s in k["scope"]
+        )
+    if k.get("budget") is not None:
+        guard += f"  budget {k['spent']} of {k['budget']}"
     return f"{k['prefix']}  {owner:<28} {k['name'] or '-':<16} {state}{guard}"
 
 
@@ -179,6 +185,13 @@ def keys(ctx: click.Context, data_dir: str | None, config_file: str | None, as_j
 @click.option("--expires", default=None, help="RFC 3339 time, e.g. 2030-01-31T00:00:00Z.")
 @click.option("--preload", multiple=True, metavar="TOOL", help="A tool this key's sessions list directly.")
 @click.option("--read-only", is_flag=True, help="Only read tools run with this key.")
+@click.option(
+    "--scope",
+    multiple=True,
+    metavar="[PROJECT/]TOOLKIT[:TOOL,...]",
+    help="Narrow the key to this toolkit (or these of its tools); never wider than its agent.",
+)
+@click.option("--budget", default=None, help="Credits this key may spend in all (its user pays, as ever).")
 @click.pass_obj
 def keys_create(
     obj: Obj,
@@ -188,8 +201,11 @@ def keys_create(
     expires: str | None,
     preload: tuple[str, ...],
     read_only: bool,
+    scope: tuple[str, ...],
+    budget: str | None,
 ) -> None:
     """Create a key; the secret is printed once, on stdout."""
+    spend = None if budget is None else number(budget, "budget")
     secret, listed = _run(
         obj,
         lambda rt: key_ops.issue(
@@ -201,6 +217,8 @@ def keys_create(
             expires_at=expires,
             preload=list(preload) or None,
             read_only=read_only,
+            scope=key_ops.scope_from_text(list(scope)),
+            budget=spend,
         ),
     )
     if obj[2]:

@@ -143,3 +143,12 @@ def guard(fn: Callable[..., T]) -> Callable[..., T]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """toolspoke: an MCP tool gateway. Thousands of tools behind a handful of bridge tools."""
+
+
+def number(text: str, field: str) -> Any:
+    """A number as JSON reads it (so the API's strict rules apply, NaN refused and all)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        fail(f"{field} must be a number, not {text!r}", 2)
+    return value

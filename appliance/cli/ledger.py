@@ -8,19 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import click
-import orjson
 
-from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, run, settings_for
+from appliance.cli.common import CONFIG, DATA_DIR, JSON_OUT, emit, fail, main, number, run, settings_for
 from appliance.models import OPERATOR
-
-
-def _number(text: str, field: str) -> Any:
-    """A number as JSON reads it (so the API's strict rules apply, NaN refused and all)."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        fail(f"{field} must be a number, not {text!r}", 2)
-    return value
 
 
 @main.command()
@@ -98,7 +88,7 @@ def credits_grant(settings: Any, user: str, amount: str, note: str, as_json: boo
     """Grant AMOUNT credits to USER (negative: take back, never below 0)."""
     from appliance.gateway.admin import ledger
 
-    value = _number(amount, "amount")
+    value = number(amount, "amount")
     done = run(settings, lambda rt: ledger.grant_credit(rt, OPERATOR, user, value, note=note))
     emit(done) if as_json else click.echo(f"{user}: {done['balance']} credits (entry #{done['entry']})")
 
@@ -129,6 +119,9 @@ def quota(ctx: click.Context, data_dir: str | None, config_file: str | None) -> 
 
 def _print_quota(q: dict[str, Any]) -> None:
     click.echo(f"{q['project']}/{q['toolkit']}: fee {q['fee']} credits, ceilings in {q['unit']}")
+    for what, fees in (("kind", q["kind_fees"]), ("tool", q["tool_fees"])):
+        for name, fee in fees.items():
+            click.echo(f"  {what} {name}: fee {fee} credits")
     for window in ("daily", "monthly"):
         use = q[window]
         limit = use["limit"] or "none"
@@ -155,6 +148,15 @@ def quota_show(settings: Any, toolkit: str, project: str | None, as_json: bool) 
 @click.option("--daily", default=None, help="Daily ceiling (0: none).")
 @click.option("--monthly", default=None, help="Monthly ceiling (0: none).")
 @click.option("--unit", type=click.Choice(["calls", "credits"]), default=None, help="What ceilings count.")
+@click.option(
+    "--kind-fee",
+    multiple=True,
+    metavar="KIND=CREDITS",
+    help="The fee of its read, write or destructive tools (CREDITS 'none': the toolkit's fee again).",
+)
+@click.option(
+    "--tool-fee", multiple=True, metavar="TOOL=CREDITS", help="One tool's own fee ('none' removes it)."
+)
 @JSON_OUT
 @click.pass_obj
 def quota_set(
@@ -165,18 +167,32 @@ def quota_set(
     daily: str | None,
     monthly: str | None,
     unit: str | None,
+    kind_fee: tuple[str, ...],
+    tool_fee: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Change a toolkit's fee, ceilings or unit; what is not given stays."""
+    """Change a toolkit's fee, ceilings or unit, and its fees per kind and per tool (the most
+    specific wins: a tool's, its kind's, the toolkit's); what is not given stays."""
     from appliance.gateway.admin import ledger
 
     doc: dict[str, Any] = {}
     for key, raw in (("fee", fee), ("daily_limit", daily), ("monthly_limit", monthly)):
         if raw is not None:
-            doc[key] = _number(raw, key)
+            doc[key] = number(raw, key)
     if unit is not None:
         doc["unit"] = unit
+    for key, given in (("kind_fees", kind_fee), ("tool_fees", tool_fee)):
+        if given:
+            doc[key] = dict(_fee(item, key) for item in given)
     if not doc:
-        fail("nothing to change: give --fee, --daily, --monthly or --unit", 2)
+        fail("nothing to change: give --fee, --daily, --monthly, --unit, --kind-fee or --tool-fee", 2)
     q = run(settings, lambda rt: ledger.set_quota(rt, OPERATOR, toolkit, doc, project))
     emit(q) if as_json else _print_quota(q)
+
+
+def _fee(item: str, field: str) -> tuple[str, Any]:
+    """``NAME=CREDITS`` (CREDITS ``none``: remove) for ``--kind-fee`` and ``--tool-fee``."""
+    name, sep, raw = item.partition("=")
+    if not sep or not name.strip():
+        fail(f"{field}: give NAME=CREDITS, not {item!r}", 2)
+    return name.strip(), None if raw.strip() == "none" else number(raw.strip(), field)

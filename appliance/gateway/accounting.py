@@ -7,8 +7,9 @@ Stages of the pipeline (``gateway/pipeline.py``), each reading and writing the a
   contacted, it checks that the call's accounting can be written (``db/space.py``: a disk
   nearly full, or writes failing, refuse the call before it leaves, since a call that
   reached the upstream and then could not be recorded acted unaccounted), then the
-  toolkit's ceilings and the caller's credit, and reserves the fee (the book makes that
-  atomic: no ``await`` between the check and the hold).
+  toolkit's ceilings, the key's own budget (a narrower key's, issue 20) and the caller's
+  credit, and reserves the tool's fee (its own, its kind's or its toolkit's: the book's
+  ``Price.fee_for``; the book makes all that atomic: no ``await`` between check and hold).
 - ``answered`` and ``upstream_failed``: the fee is charged when the upstream was reached,
   its errors and timeouts included (it may have acted), and let go when the call never
   left (blocked, broken upstream, no credential). The charge itself is written with the
@@ -28,6 +29,7 @@ from appliance.errors import RateLimited, StorageError, UpstreamError
 from appliance.gateway import telemetry
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
+from appliance.ledger.book import Budget
 from appliance.ledger.store import Price
 from appliance.models import CallResult, Principal, Tool
 
@@ -84,7 +86,7 @@ def admit_browse(rt: Runtime, principal: Principal) -> None:
 
 
 async def reserve(rt: Runtime, attempt: Attempt, tool: Tool) -> None:
-    """Stage: storage → price → quota → balance → hold the fee (nothing for the owner)."""
+    """Stage: storage → price → quota → key budget → balance → hold the fee (nothing for the owner)."""
     if rt.db.storage.problem() is not None:  # free calls too: every call has its audit row
         raise StorageError(
             "storage unavailable: the call was not sent, since it could not be recorded; try again shortly",
@@ -94,7 +96,19 @@ async def reserve(rt: Runtime, attempt: Attempt, tool: Tool) -> None:
     payer = attempt.principal
     attempt.owner = calls_free(payer, price)
     if not attempt.owner:
-        attempt.reservation = await rt.book.reserve(tool.toolkit_id, payer.user_id, toolkit=tool.toolkit)
+        attempt.reservation = await rt.book.reserve(
+            tool.toolkit_id,
+            payer.user_id,
+            toolkit=tool.toolkit,
+            tool=tool.name,
+            kind=tool.kind,
+            budget=budget_of(payer),
+        )
+
+
+def budget_of(principal: Principal) -> Budget | None:
+    """The calling key's own budget, when it has one (counted by its prefix)."""
+    return None if principal.budget is None else Budget(principal.key_prefix, principal.budget)
 
 
 def answered(attempt: Attempt, result: CallResult) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from appliance.catalogue import toolkit_reads
 from appliance.errors import ArgumentsInvalid
+from appliance.gateway import costs
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import Outcome, check_query, search
 from appliance.models import Principal, Tool
@@ -89,7 +90,8 @@ async def _one(
     results = [r for r in outcome.results if not tags or r.tool.group.lower() in tags]
     results = _boost(results, fields)[:limit]
     tools = [r.tool for r in results]
-    return tools, [{**render(t), "version": version_of(t)} for t in tools], outcome
+    priced = await costs.of(rt, principal, tools)  # the caller's cost and calls left, if any
+    return tools, [{**render(t), "version": version_of(t), **priced.get(t.id, {})} for t in tools], outcome
 
 
 async def _toolkit_ids(rt: Runtime, providers: list[str], project: str | None) -> set[int]:
@@ -121,7 +123,8 @@ async def search_for_agent(
     can_install: bool = False,
 ) -> dict[str, Any]:
     """``{"results", "ranking"}`` for a ``query``; ``{"groups": [...]}`` for ``queries``; each
-    result is ``render(tool)`` with the tool's ``version``.
+    result is ``render(tool)`` with the tool's ``version``, and what a call costs the caller
+    and how many more its ceilings admit when either applies (``gateway/costs.py``).
 
     ``can_install``: the caller may install toolkits, so well-known toolkits that are not
     installed and match better than anything installed come back as ``suggestions`` (beside

@@ -22,7 +22,7 @@ from appliance.errors import (
     NotFound,
     UpstreamError,
 )
-from appliance.gateway import accounting, answers, artifacts, audit, policy, telemetry
+from appliance.gateway import accounting, answers, artifacts, audit, costs, policy, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -366,7 +366,10 @@ async def describe_tools(
     by_name: dict[str, list[Tool]] = {}
     for tool in tools:
         by_name.setdefault(tool.name, []).append(tool)
-    out: dict[str, Any] = {"tools": [answers.describe(t) for n in wanted for t in by_name.get(n, [])]}
+    priced = await costs.of(rt, principal, tools)
+    out: dict[str, Any] = {
+        "tools": [{**answers.describe(t), **priced.get(t.id, {})} for n in wanted for t in by_name.get(n, [])]
+    }
     missing = [n for n in wanted if n not in by_name]
     if missing:
         out["unknown"] = missing

@@ -11,8 +11,9 @@ import time
 from datetime import datetime
 from typing import Any
 
-from appliance.access import principals
+from appliance.access import policy, principals
 from appliance.catalogue import store as catalogue
+from appliance.catalogue.naming import SEPARATOR
 from appliance.errors import Forbidden, InvalidParams, NotFound
 from appliance.gateway.accounting import is_owner
 from appliance.gateway.admin import people
@@ -23,7 +24,10 @@ from appliance.ledger.amounts import credits, parse_count, parse_credits
 from appliance.ledger.book import Tally
 from appliance.models import Principal, Toolkit
 
-QUOTA_FIELDS = ("fee", "daily_limit", "monthly_limit", "unit")
+QUOTA_FIELDS = ("fee", "daily_limit", "monthly_limit", "unit", "kind_fees", "tool_fees")
+PRICE_FIELDS = QUOTA_FIELDS[:4]  # what ``toolkit_prices`` holds; the fees per kind and tool apart
+KINDS = policy.KINDS
+MAX_TOOL_FEES = 500  # per request
 OUTCOMES = history.OUTCOMES  # what a call's history may be filtered by, for the faces' forms
 MAX_ID = 2**63 - 1
 
@@ -96,6 +100,9 @@ async def quota(rt: Runtime, slug: str, project: str | None = None) -> dict[str,
         "toolkit": kit.slug,
         "project": kit.project,
         "fee": credits(price.fee),
+        # the most specific fee wins: a tool's, its kind's, the toolkit's ``fee``
+        "kind_fees": {kind: credits(fee) for kind, fee in sorted(price.kinds.items())},
+        "tool_fees": {name: credits(fee) for name, fee in sorted(price.tools.items())},
         "daily_limit": price.daily if price.unit == "calls" else credits(price.daily),
         "monthly_limit": price.monthly if price.unit == "calls" else credits(price.monthly),
         "unit": price.unit,
@@ -107,7 +114,9 @@ async def quota(rt: Runtime, slug: str, project: str | None = None) -> dict[str,
 async def set_quota(
     rt: Runtime, slug: str, doc: dict[str, Any], project: str | None = None
 ) -> dict[str, Any]:
-    """Change some of fee, daily_limit, monthly_limit, unit; the rest stays. Nothing stored on error."""
+    """Change some of fee, daily_limit, monthly_limit, unit, and fees per kind (``kind_fees``:
+    kind → credits, null removes) and per tool (``tool_fees``: name → credits, null removes);
+    the rest stays. Nothing stored on error."""
     unknown = sorted(set(doc) - set(QUOTA_FIELDS))
     if unknown:
         raise InvalidParams(
@@ -129,8 +138,53 @@ async def set_quota(
 
     daily = ceiling("daily_limit", price.daily)
     monthly = ceiling("monthly_limit", price.monthly)
-    await rt.book.admin(lambda r: ledger.upsert_price(r, time.time(), kit.id, fee, daily, monthly, unit))
+    kinds = _kind_fees(doc["kind_fees"]) if "kind_fees" in doc else {}
+    tools = await _tool_fees(rt, kit, doc["tool_fees"]) if "tool_fees" in doc else {}
+    pricing = any(f in doc for f in PRICE_FIELDS)  # else the toolkit keeps the default fee
+
+    def work(r: Any) -> None:
+        if pricing:
+            ledger.upsert_price(r, time.time(), kit.id, fee, daily, monthly, unit)
+        ledger.set_fees(r, kit.id, kinds, tools)
+
+    await rt.book.admin(work)
     return await quota(rt, slug, kit.project)
+
+
+def _fee_map(raw: Any, field: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InvalidParams(f"'{field}' must be an object of credits (null removes one)", field=field)
+    return raw
+
+
+def _kind_fees(raw: Any) -> dict[str, int | None]:
+    """``{"write": 2, "read": null}`` → millicredits per kind (None: remove)."""
+    out: dict[str, int | None] = {}
+    for kind, value in _fee_map(raw, "kind_fees").items():
+        if kind not in KINDS:
+            raise InvalidParams(f"kind_fees: {kind!r} is not one of {', '.join(KINDS)}", field="kind_fees")
+        out[kind] = None if value is None else parse_credits(value, f"kind_fees.{kind}")
+    return out
+
+
+async def _tool_fees(rt: Runtime, kit: Toolkit, raw: Any) -> dict[str, int | None]:
+    """``{"getPet": 0.5}`` (short or full names) → millicredits per full name (None: remove).
+    A fee is set only for a tool the toolkit has; removing one it no longer has is fine."""
+    fees = _fee_map(raw, "tool_fees")
+    if len(fees) > MAX_TOOL_FEES:
+        raise InvalidParams(f"'tool_fees' sets at most {MAX_TOOL_FEES} tools at once", field="tool_fees")
+    out: dict[str, int | None] = {}
+    async with rt.db.read() as conn:
+        for name, value in fees.items():
+            _text(name, "tool_fees", limit=256)
+            full = name if name.startswith(kit.slug + SEPARATOR) else f"{kit.slug}{SEPARATOR}{name}"
+            if value is None:
+                out[full] = None
+                continue
+            if not await policy.tool_in_toolkit(conn, kit.id, full):
+                raise NotFound(f"toolkit {kit.slug!r} has no tool {name!r}", field="tool_fees")
+            out[full] = parse_credits(value, f"tool_fees.{name}")
+    return out
 
 
 async def grant(rt: Runtime, user: str | int, amount: Any, *, actor: str, note: Any = "") -> dict[str, Any]:

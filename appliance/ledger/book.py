@@ -55,6 +55,7 @@ class Reservation:
     at: float
     day: Window
     month: Window
+    key: str | None = None  # the calling key's prefix, when the key has a budget of its own
 
 
 @dataclass
@@ -70,9 +71,10 @@ class _Call(_Item):
 
 @dataclass
 class _Load(_Item):
-    toolkit_id: int = 0
+    toolkit_ids: tuple[int, ...] = ()
     payer: int | None = None
     windows: tuple[Window, ...] = ()
+    key: str | None = None
 
 
 @dataclass
@@ -86,6 +88,33 @@ class _Snapshot:
     prices: dict[int, Price | None] = field(default_factory=dict)
     usage: dict[tuple[int, str], tuple[int, int]] = field(default_factory=dict)
     balances: dict[int, int] = field(default_factory=dict)
+    keys: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A key's budget of its own (issue 20): its prefix and the millicredits it may spend."""
+
+    key: str
+    milli: int
+
+
+@dataclass
+class Standing:
+    """What a payer's next calls of some toolkits face: prices, windows, credit, key budget."""
+
+    prices: dict[int, Price]
+    day: Window
+    month: Window
+    usage: dict[tuple[int, str], Tally]
+    purse: Tally
+    key: Tally | None
+    budget: Budget | None
+
+    def calls_left(self, toolkit_id: int, fee: int) -> int | None:
+        """How many more calls at ``fee`` the ceilings let through now (None: none applies)."""
+        return _headroom(self.prices[toolkit_id], self.usage, self.day, self.month, fee, self.purse,
+                         self.key, self.budget)  # fmt: skip
 
 
 class Book:
@@ -105,6 +134,7 @@ class Book:
         self.usage: dict[tuple[int, str], Tally] = {}
         self.spans: dict[str, Window] = {}  # window key → its bounds, for reloads
         self.balances: dict[int, Tally] = {}
+        self.keys: dict[str, Tally] = {}  # keys with a budget: spent (milli) and held
         self._queue: list[_Item] = []
         self._waiter: asyncio.Future[bool] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -118,22 +148,33 @@ class Book:
     async def price(self, toolkit_id: int, *, toolkit: str) -> Price:
         """The toolkit's fee, ceilings and owner, as of the last commit."""
         if self._needs_load(toolkit_id, None, ()):
-            await self._submit(_Load(toolkit_id=toolkit_id))
+            await self._submit(_Load(toolkit_ids=(toolkit_id,)))
         price = self.prices.get(toolkit_id)
         if price is None:
             raise NotFound(f"toolkit {toolkit!r} was removed", field="toolkit")
         return price
 
-    async def reserve(self, toolkit_id: int, payer: int, *, toolkit: str) -> Reservation:
-        """Quota, then balance, then hold: atomic (no await between check and hold)."""
+    async def reserve(
+        self,
+        toolkit_id: int,
+        payer: int,
+        *,
+        toolkit: str,
+        tool: str = "",
+        kind: str = "",
+        budget: Budget | None = None,
+    ) -> Reservation:
+        """Quota, then the key's budget, then balance, then hold: atomic (no await between
+        check and hold). The fee is the tool's (``Price.fee_for``: tool, kind, toolkit)."""
         at = self.clock()
         day, month = windows.day(at), windows.month(at)
-        if self._needs_load(toolkit_id, payer, (day, month)):
-            await self._submit(_Load(toolkit_id=toolkit_id, payer=payer, windows=(day, month)))
+        key = None if budget is None else budget.key
+        if self._needs_load(toolkit_id, payer, (day, month), key):
+            await self._submit(_Load(toolkit_ids=(toolkit_id,), payer=payer, windows=(day, month), key=key))
         price = self.prices.get(toolkit_id)
         if price is None:
             raise NotFound(f"toolkit {toolkit!r} was removed", field="toolkit")
-        need_calls, need_milli = 1, price.fee
+        need_calls, need_milli = 1, price.fee_for(tool, kind)
         for window, limit in ((day, price.daily), (month, price.monthly)):
             if not limit:
                 continue
@@ -142,6 +183,11 @@ class Book:
             need = need_calls if price.unit == "calls" else need_milli
             if used + need > limit:
                 raise _exhausted(toolkit, window, limit, used, price.unit)
+        spent = None if budget is None else self.keys[budget.key]
+        if budget is not None and spent is not None:
+            used = spent.milli + spent.held_milli
+            if used + need_milli > budget.milli:
+                raise _over_budget(toolkit, budget.milli, used, need_milli)
         purse = self.balances[payer]
         available = purse.milli - purse.held_milli
         if need_milli > available:
@@ -163,7 +209,29 @@ class Book:
             t.held_calls += need_calls
             t.held_milli += need_milli
         purse.held_milli += need_milli
-        return Reservation(toolkit_id, payer, need_milli, at, day, month)
+        if spent is not None:
+            spent.held_milli += need_milli
+        return Reservation(toolkit_id, payer, need_milli, at, day, month, key)
+
+    async def standing(self, toolkit_ids: list[int], payer: int, budget: Budget | None = None) -> Standing:
+        """The figures ``Standing.calls_left`` reads for these toolkits and this payer, loaded
+        in one batch when any is missing (search and describe show them: ``gateway/costs.py``).
+        A toolkit removed meanwhile is left out."""
+        at = self.clock()
+        day, month = windows.day(at), windows.month(at)
+        key = None if budget is None else budget.key
+        if any(self._needs_load(kit, payer, (day, month), key) for kit in toolkit_ids):
+            await self._submit(
+                _Load(toolkit_ids=tuple(toolkit_ids), payer=payer, windows=(day, month), key=key)
+            )
+        prices = {kit: self.prices[kit] for kit in toolkit_ids if kit in self.prices}
+        # Nothing is added to the book here: an entry it holds means "loaded".
+        usage = {
+            k: self.usage.get(k) or Tally() for kit in prices for k in ((kit, day.key), (kit, month.key))
+        }
+        purse = self.balances.get(payer) or Tally()
+        spent = None if key is None else self.keys.get(key) or Tally()
+        return Standing(prices, day, month, usage, purse, spent, budget)
 
     def release(self, res: Reservation) -> None:
         """The call never left: let the reservation go (nothing is written)."""
@@ -204,14 +272,14 @@ class Book:
     async def sync(self) -> None:
         """Wait until everything queued so far is durable."""
         if self._queue or (self._task is not None and not self._task.done()):
-            await self._submit(_Load(toolkit_id=0))
+            await self._submit(_Load())
 
     async def figures(self, toolkit_id: int, *, toolkit: str) -> tuple[Price, Tally, Tally, Window, Window]:
         """A toolkit's price and its current day and month, calls in flight included."""
         at = self.clock()
         day, month = windows.day(at), windows.month(at)
         if self._needs_load(toolkit_id, None, (day, month)):
-            await self._submit(_Load(toolkit_id=toolkit_id, windows=(day, month)))
+            await self._submit(_Load(toolkit_ids=(toolkit_id,), windows=(day, month)))
         price = self.prices.get(toolkit_id)
         if price is None:
             raise NotFound(f"toolkit {toolkit!r} was removed", field="toolkit")
@@ -229,10 +297,14 @@ class Book:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _needs_load(self, toolkit_id: int, payer: int | None, spans: tuple[Window, ...]) -> bool:
+    def _needs_load(
+        self, toolkit_id: int, payer: int | None, spans: tuple[Window, ...], key: str | None = None
+    ) -> bool:
         if self.db.generation != self._generation:
             return True  # someone else in this process wrote: reload before trusting figures
         if toolkit_id not in self.prices or (payer is not None and payer not in self.balances):
+            return True
+        if key is not None and key not in self.keys:
             return True
         return any((toolkit_id, w.key) not in self.usage for w in spans)
 
@@ -245,6 +317,9 @@ class Book:
         purse = self.balances.get(res.payer)
         if purse is not None:
             purse.held_milli -= res.fee
+        spent = None if res.key is None else self.keys.get(res.key)
+        if spent is not None:
+            spent.held_milli -= res.fee
 
     def _submit(self, item: _Item) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
@@ -329,7 +404,7 @@ class Book:
             if isinstance(item, _Load):
                 for w in item.windows:
                     self.spans.setdefault(w.key, w)
-        cached = (list(self.prices), list(self.usage), list(self.balances))
+        cached = (list(self.prices), list(self.usage), list(self.balances), list(self.keys))
         prune_before = self.clock() - self.audit_retention_s if prune and self._prune_due() else None
 
         def work(r: SyncWriter) -> tuple[int, list[Any], bool, _Snapshot]:
@@ -387,24 +462,27 @@ class Book:
         self,
         r: SyncReader,
         wanted: list[_Load],
-        cached: tuple[list[int], list[tuple[int, str]], list[int]] | None,
+        cached: tuple[list[int], list[tuple[int, str]], list[int], list[str]] | None,
     ) -> _Snapshot:
         snap = _Snapshot()
         kits: set[int] = set()
         spans: set[tuple[int, str]] = set()
         payers: set[int] = set()
+        keys: set[str] = set()
         for item in wanted:
-            if not item.toolkit_id:
-                continue
-            kits.add(item.toolkit_id)
-            for w in item.windows:
-                spans.add((item.toolkit_id, w.key))
+            for kit in item.toolkit_ids:
+                kits.add(kit)
+                for w in item.windows:
+                    spans.add((kit, w.key))
             if item.payer is not None:
                 payers.add(item.payer)
+            if item.key is not None:
+                keys.add(item.key)
         if cached is not None:  # reload everything we hold
             kits.update(cached[0])
             spans.update(cached[1])
             payers.update(cached[2])
+            keys.update(cached[3])
         for kit in kits:
             snap.prices[kit] = store.load_price(r, kit, self.default_fee)
         for kit, key in spans:
@@ -412,6 +490,8 @@ class Book:
             snap.usage[(kit, key)] = store.window_usage(r, kit, span.start, span.end)
         for payer in payers:
             snap.balances[payer] = store.balance(r, payer)
+        for key in keys:
+            snap.keys[key] = store.key_spent(r, key)
         return snap
 
     def _install(self, snap: _Snapshot) -> None:
@@ -425,6 +505,8 @@ class Book:
             t.calls, t.milli = calls, milli
         for payer, amount in snap.balances.items():
             self.balances.setdefault(payer, Tally()).milli = amount
+        for prefix, spent in snap.keys.items():
+            self.keys.setdefault(prefix, Tally()).milli = spent
 
     def _settle(self, res: Reservation, *, count: bool) -> None:
         """A charge is durable: move it from held to committed (a reload already counted it)."""
@@ -439,6 +521,9 @@ class Book:
         purse = self.balances.get(res.payer)
         if purse is not None:
             purse.milli -= res.fee
+        spent = None if res.key is None else self.keys.get(res.key)
+        if spent is not None:
+            spent.milli += res.fee
 
     def _failed(self, items: list[_Item], exc: Exception) -> None:
         log.error("ledger commit failed: %s", exc)
@@ -470,3 +555,48 @@ def _exhausted(toolkit: str, window: Window, limit: int, used: int, unit: str) -
             "toolkit": toolkit,
         },
     )
+
+
+def _over_budget(toolkit: str, budget: int, used: int, fee: int) -> QuotaExhausted:
+    return QuotaExhausted(
+        f"this key's own budget is used up: it has spent {credits(min(used, budget))} of its "
+        f"{credits(budget)} credits and a call of {toolkit!r} costs {credits(fee)}; ask for a key "
+        "with a larger budget",
+        data={
+            "window": "key_budget",
+            "limit": credits(budget),
+            "used": credits(used),
+            "fee": credits(fee),
+            "remaining": credits(max(budget - used, 0)),
+            "resets_at": None,
+            "toolkit": toolkit,
+        },
+    )
+
+
+def _headroom(
+    price: Price,
+    usage: dict[tuple[int, str], Tally],
+    day: Window,
+    month: Window,
+    fee: int,
+    purse: Tally,
+    key: Tally | None,
+    budget: Budget | None,
+) -> int | None:
+    """Calls at ``fee`` that ``reserve`` would still admit, by its own arithmetic (None: no
+    ceiling applies: no quota in calls, and a fee of 0)."""
+    left: list[int] = []
+    for window, limit in ((day, price.daily), (month, price.monthly)):
+        if not limit:
+            continue
+        t = usage.get((price.toolkit_id, window.key), Tally())
+        if price.unit == "calls":
+            left.append(limit - t.calls - t.held_calls)
+        elif fee:
+            left.append((limit - t.milli - t.held_milli) // fee)
+    if fee:
+        left.append((purse.milli - purse.held_milli) // fee)
+        if budget is not None and key is not None:
+            left.append((budget.milli - key.milli - key.held_milli) // fee)
+    return max(min(left), 0) if left else None

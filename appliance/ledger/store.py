@@ -6,7 +6,8 @@ the book's group commit can put many calls' rows into one durable commit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.db import SyncReader
@@ -22,6 +23,19 @@ class Price:
     unit: str  # "calls" or "credits"
     owner_id: int | None  # None: the platform's (every admin owns it)
     customised: bool  # a row in toolkit_prices exists
+    # Fees more specific than ``fee`` (issue 20): per kind, and per tool by full name.
+    kinds: Mapping[str, int] = field(default_factory=dict)
+    tools: Mapping[str, int] = field(default_factory=dict)
+
+    def fee_for(self, tool: str, kind: str) -> int:
+        """What one call of this tool costs: the most specific fee wins (the tool's, its
+        kind's, the toolkit's, which is the default setting's when the toolkit has none)."""
+        if not self.tools and not self.kinds:  # the common case: one fee for the toolkit
+            return self.fee
+        found = self.tools.get(tool)
+        if found is None:
+            found = self.kinds.get(kind)
+        return self.fee if found is None else found
 
 
 @dataclass
@@ -84,6 +98,15 @@ def load_price(r: SyncReader, toolkit_id: int, default_fee: int) -> Price | None
     if row is None:
         return None
     customised = row["fee_milli"] is not None
+    kinds: dict[str, int] = {}
+    tools: dict[str, int] = {}
+    for name, kind, fee in r.all(
+        "SELECT tool_name, kind, fee_milli FROM toolkit_fees WHERE toolkit_id = ?", (toolkit_id,)
+    ):
+        if name:
+            tools[name] = int(fee)
+        else:
+            kinds[kind] = int(fee)
     return Price(
         toolkit_id=toolkit_id,
         fee=int(row["fee_milli"]) if customised else default_fee,
@@ -92,6 +115,8 @@ def load_price(r: SyncReader, toolkit_id: int, default_fee: int) -> Price | None
         unit=row["limit_unit"] or "calls",
         owner_id=None if row["owner_id"] is None else int(row["owner_id"]),
         customised=customised,
+        kinds=kinds,
+        tools=tools,
     )
 
 
@@ -104,6 +129,17 @@ def window_usage(r: SyncReader, toolkit_id: int, start: float, end: float) -> tu
         (toolkit_id, start, end),
     )
     return int(row["calls"]), int(row["milli"])
+
+
+def key_spent(r: SyncReader, prefix: str) -> int:
+    """Millicredits charged to calls made with this key (a charge's actor), voids excluded."""
+    row = r.one(
+        "SELECT coalesce(-sum(c.amount_milli), 0) AS milli FROM ledger_entries c"
+        " WHERE c.kind = 'charge' AND c.actor = ?"
+        " AND NOT EXISTS (SELECT 1 FROM ledger_entries v WHERE v.refers_to = c.id)",
+        (prefix,),
+    )
+    return int(row["milli"])
 
 
 def balance(r: SyncReader, user_id: int) -> int:
@@ -165,6 +201,28 @@ def upsert_price(
         " limit_unit = excluded.limit_unit, updated_at = excluded.updated_at RETURNING toolkit_id",
         (toolkit_id, fee, daily, monthly, unit, at),
     )
+
+
+def set_fees(
+    r: SyncReader, toolkit_id: int, kinds: Mapping[str, int | None], tools: Mapping[str, int | None]
+) -> None:
+    """Set (or, None, remove) fees per kind and per tool (full names); the rest stay."""
+    for level, changes in (("kind", kinds), ("tool", tools)):
+        for key, fee in changes.items():
+            name, kind = (key, "") if level == "tool" else ("", key)
+            if fee is None:
+                r.all(
+                    "DELETE FROM toolkit_fees WHERE toolkit_id = ? AND tool_name = ? AND kind = ?"
+                    " RETURNING toolkit_id",
+                    (toolkit_id, name, kind),
+                )
+            else:
+                r.one(
+                    "INSERT INTO toolkit_fees (toolkit_id, tool_name, kind, fee_milli) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (toolkit_id, tool_name, kind) DO UPDATE SET fee_milli = excluded.fee_milli"
+                    " RETURNING toolkit_id",
+                    (toolkit_id, name, kind, fee),
+                )
 
 
 def prune_audit(r: SyncReader, before: float, batch: int = 5000) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 _ERROR = {"$ref": "#/components/schemas/Error"}
 _ID = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 _NUMBER = {"type": "number"}
+_FEES = {"type": "object", "additionalProperties": _NUMBER}  # a kind's or a tool's fee, in credits
 _NULLABLE_NUMBER = {"type": ["number", "null"]}
 
 
@@ -62,6 +63,8 @@ _QUOTA = {
         "toolkit": {"type": "string"},
         "project": {"type": "string"},
         "fee": _NUMBER,
+        "kind_fees": _FEES,
+        "tool_fees": _FEES,
         "daily_limit": _NUMBER,
         "monthly_limit": _NUMBER,
         "unit": {"enum": ["calls", "credits"]},
@@ -77,6 +80,13 @@ _QUOTA_CHANGE = {
         "daily_limit": _NUMBER,
         "monthly_limit": _NUMBER,
         "unit": {"enum": ["calls", "credits"]},
+        # the most specific fee wins: a tool's, its kind's, the toolkit's; null removes one
+        "kind_fees": {
+            "type": "object",
+            "properties": {k: {"type": ["number", "null"]} for k in ("read", "write", "destructive")},
+            "additionalProperties": False,
+        },
+        "tool_fees": {"type": "object", "additionalProperties": {"type": ["number", "null"]}},
     },
     "additionalProperties": False,
 }

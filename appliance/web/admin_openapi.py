@@ -124,8 +124,15 @@ SCHEMAS: dict[str, Any] = {
             "preload": {"type": ["array", "null"], "items": {"type": "string"}},
             "read_only": {"type": "boolean"},
             "effective_read_only": {"type": "boolean"},
+            "scope": {"type": ["array", "null"], "items": _ref("KeyScope")},
+            "budget": {"type": ["number", "null"]},
+            "spent": {"type": "number"},
         },
         ["prefix", "name", "user_id", "agent_id", "created_at", "expires_at", "revoked_at", "read_only"],
+    ),
+    "KeyScope": _obj(
+        {"toolkit": {"type": "string"}, "project": {"type": "string"}, "tools": _NAMES},
+        ["toolkit"],
     ),
     "ToolkitPolicy": _obj(
         {
@@ -289,6 +296,8 @@ PATHS: dict[str, dict[str, Any]] = {
                     "expires_at": {"type": "string", "format": "date-time"},
                     "preload": _NAMES,
                     "read_only": {"type": "boolean"},
+                    "scope": {"type": "array", "items": _ref("KeyScope"), "minItems": 1, "maxItems": 100},
+                    "budget": {"type": "number", "minimum": 0},
                 },
                 closed=True,
             ),

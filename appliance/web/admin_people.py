@@ -137,7 +137,7 @@ async def list_keys(request: Request) -> Any:
 async def create_key(request: Request) -> Any:
     """The secret is in this response only; it is stored as a hash."""
     doc = body(request)
-    only(doc, {"name", "user_id", "agent_id", "expires_at", "preload", "read_only"})
+    only(doc, {"name", "user_id", "agent_id", "expires_at", "preload", "read_only", "scope", "budget"})
     user_id, agent_id = positive_id(doc, "user_id"), positive_id(doc, "agent_id")
     secret, listed = await keys.issue(
         request.app.ctx.rt,
@@ -148,6 +148,8 @@ async def create_key(request: Request) -> Any:
         expires_at=doc.get("expires_at"),
         preload=doc.get("preload"),
         read_only=doc.get("read_only", False),
+        scope=doc.get("scope"),
+        budget=doc.get("budget"),
     )
     return {**listed, "key": secret}
 

@@ -9,6 +9,7 @@ against a ceiling, pacing over the real clock, the server's time zone and the CL
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sqlite3
@@ -163,6 +164,73 @@ def test_with_a_fifth_of_upstream_calls_failing_and_owner_calls_mixed_in_still_o
         "SELECT count(*) FROM audit_log WHERE toolkit = 'flaky' AND owner_call = 1 AND fee_milli != 0",
     ) == [(0,)]
     _check_books(app.data_dir, "flaky")
+
+
+# Fees per kind (issue 20 item 5): the tool, its kind, the toolkit fee, in credits.
+MIXED = {  # tool → (kind, fee in millicredits, arguments)
+    "mixed__hit": ("read", 1000, {}),
+    "mixed__need": ("write", 3000, {"q": "x"}),
+    "mixed__missing": ("destructive", 7000, {}),
+    "mixed__fail": ("read", 500, {}),  # its own fee, under the read kind's
+}
+
+
+def test_300_concurrent_calls_of_mixed_kinds_pay_each_its_own_fee_and_never_pass_a_credit_ceiling(
+    app: Appliance, keys: dict[str, list[str]]
+) -> None:
+    """Issue 20 item 5 under LEDGER-01: thirty agents call read, write and destructive tools
+    (and one tool with its own fee) at once against a daily ceiling of 300 credits. Every
+    charge is exactly its tool's fee; Σ charges ≤ 300, and every refused call's fee would
+    have passed the ceiling over the final total (reservations are never let go here: every
+    admitted call reaches the upstream); the ledger equals the audit."""
+    upstream = MeteredUpstream()
+    limit = 300
+    try:
+        install(app, "mixed", upstream)
+        for tool, (kind, _, _) in MIXED.items():
+            r = admin(app, "POST", f"/tools/{tool}/kind", {"kind": kind})
+            assert r.status_code == 200, r.text
+        quota = {
+            "fee": 1,
+            "unit": "credits",
+            "daily_limit": limit,
+            "kind_fees": {"write": 3, "destructive": 7},
+            "tool_fees": {"fail": 0.5},
+        }
+        r = admin(app, "PUT", "/toolkits/mixed/quota", quota)
+        assert r.status_code == 200, r.text
+        names = list(MIXED)
+
+        async def caller(key: str, offset: int) -> list[tuple[str, Any]]:
+            async with connect(as_key(app, key)) as client:
+                picked = [names[(offset + i) % len(names)] for i in range(10)]
+                done = await asyncio.gather(
+                    *(client.call_tool(t, MIXED[t][2]) for t in picked), return_exceptions=True
+                )
+                return list(zip(picked, done, strict=True))
+
+        async def scenario() -> list[tuple[str, Any]]:
+            groups = await asyncio.gather(*(caller(k, i) for i, k in enumerate(_all_keys(keys))))
+            return [pair for g in groups for pair in g]
+
+        results = run(scenario())
+    finally:
+        upstream.close()
+    charged = query(
+        app.data_dir,
+        "SELECT a.tool, count(*), min(-e.amount_milli), max(-e.amount_milli) FROM ledger_entries e"
+        " JOIN audit_log a ON a.id = e.audit_id WHERE e.kind = 'charge' AND a.toolkit = 'mixed' GROUP BY 1",
+    )
+    total = 0
+    for tool, count, low, high in charged:
+        assert low == high == MIXED[tool][1], tool  # exactly its own fee, every time
+        total += count * MIXED[tool][1]
+    assert 0 < total <= limit * 1000
+    refused = [t for t, r in results if isinstance(r, MCPError) and r.code == -32002]
+    assert refused and sum(c for _, c, _, _ in charged) + len(refused) == 300
+    assert all(total + MIXED[t][1] > limit * 1000 for t in refused)
+    assert upstream.count == sum(c for _, c, _, _ in charged)
+    _check_books(app.data_dir, "mixed")
 
 
 def test_the_121st_call_within_the_limit_is_refused_with_retry_after_and_another_agent_is_unaffected(

@@ -312,6 +312,11 @@ def test_an_admin_sets_quota_and_fee_and_a_call_through_mcp_shows_in_the_history
     assert saved.status_code == 303 and saved.headers["location"] == path + "?done=quota"
     page = admin.get(saved.headers["location"]).text
     assert "Quota and fee saved." in page and "0.5 credits" in page and 'value="100"' in page
+    kinds = {"fee": "0.5", "daily_limit": "100", "monthly_limit": "0", "fee_write": "2", "csrf": csrf}
+    assert admin.post(path + "/quota", data=kinds).status_code == 303  # a fee of the write kind
+    assert "; write tools 2" in admin.get(path).text and 'id="fee_destructive"' in admin.get(path).text
+    assert admin.post(path + "/quota", data={**kinds, "fee_write": ""}).status_code == 303  # removed
+    assert "; write tools" not in admin.get(path).text
     wrong = admin.post(
         path + "/quota", data={"fee": "lots", "daily_limit": "1", "monthly_limit": "0", "csrf": csrf}
     )

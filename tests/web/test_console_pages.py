@@ -188,6 +188,30 @@ def test_a_new_key_is_shown_once_works_and_once_revoked_is_refused(app: InProces
     )
 
 
+def test_the_key_form_makes_a_narrower_key_and_refuses_one_wider_than_the_agent(app: InProcess) -> None:
+    """Issue 20 item 6 in the console: a scope (one toolkit a line), a budget and an expiry."""
+    ann, csrf = signed_in(app, built(app).user_keys[0])
+    path = agent_path(app, 0)
+    granted = ann.post(path + "/grant", data={"csrf": csrf, "toolkit": "default/alpha"})
+    assert granted.status_code == 303
+    form = {"csrf": csrf, "name": "sub", "scope": "alpha:t0", "budget": "2", "expires_at": "2999-01-01T00:00"}
+    made = ann.post(path + "/keys", data={**form, "once": key_form(ann, path)})
+    found = KEY_SHOWN.search(made.text)
+    assert made.status_code == 200 and found, made.text[:800]
+    assert mcp_search(app, found.group(1), "invoice") == ["alpha__t0"]  # nothing else it may call
+    page = ann.get(path).text
+    assert (
+        "only alpha (alpha__t0)" in page
+        and "spent 0 of 2 credits" in page
+        and "2999-01-01T00:00:00.000Z" in page
+    )
+    wider = ann.post(path + "/keys", data={**form, "scope": "charlie", "once": key_form(ann, path)})
+    assert wider.status_code == 403 and "never widen" in wider.text
+    removed = ann.post(granted.headers["location"].split("?")[0] + "/remove", data={"csrf": csrf})
+    assert removed.status_code == 303
+    assert mcp_search(app, found.group(1), "invoice") == []  # the agent's grant gone: the key's too
+
+
 def test_reloading_the_answer_that_showed_a_key_makes_no_second_key(app: InProcess) -> None:
     ann, csrf = signed_in(app, built(app).user_keys[0])
     path = agent_path(app, 0)

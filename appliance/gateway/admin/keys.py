@@ -2,6 +2,12 @@
 
 A user issues, lists and revokes their own keys and their agents'; an admin anyone's. The
 secret exists outside the database only in ``issue``'s answer; it is stored as a hash.
+
+A key may be issued narrower than what it acts for (issue 20): a ``scope`` (some of its
+agent's toolkits, or some of their tools), a ``budget`` of credits of its own and an expiry.
+The scope is checked against the agent's (or user's) scope inside the write, so nothing
+wider is ever stored (``access/keys.narrowing_in``); listings show the budget and what the
+key has spent of it.
 """
 
 from __future__ import annotations
@@ -9,12 +15,46 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from appliance.access import keys, policy, principals
+from appliance.catalogue.naming import SEPARATOR
 from appliance.errors import Conflict, InvalidParams, NotFound
 from appliance.gateway.admin.people import no_such_user, user_id
+from appliance.gateway.admin.projects import check_project
+from appliance.ledger import store as ledger
+from appliance.ledger.amounts import credits, parse_credits
 from appliance.models import Principal
+
+MAX_SCOPE = 100  # toolkits a key's narrowing names
 
 if TYPE_CHECKING:  # the CLI imports these modules at start-up, the runtime only when it runs
     from appliance.gateway.runtime import Runtime
+
+
+def scope_from_text(entries: list[str]) -> list[dict[str, Any]] | None:
+    """The CLI's ``--scope`` values and the console's lines, ``[project/]toolkit[:tool,tool]``,
+    as the API's ``scope`` (None when there are none: the key is not narrowed)."""
+    out: list[dict[str, Any]] = []
+    for entry in (e.strip() for e in entries):
+        if not entry:
+            continue
+        kit, _, tools = entry.partition(":")
+        project, sep, slug = kit.strip().rpartition("/")
+        item: dict[str, Any] = {"toolkit": slug.strip(), "project": project.strip() if sep else "default"}
+        named = [t.strip() for t in tools.split(",") if t.strip()]
+        if named:
+            item["tools"] = named
+        out.append(item)
+    return out or None
+
+
+def expiry_from_form(value: str) -> str | None:
+    """A console date-time field's value (no zone: every console time is UTC) for ``issue``."""
+    value = value.strip()
+    if not value:
+        return None
+    _, _, clock = value.partition("T")
+    if clock and not clock.endswith(("Z", "z")) and "+" not in clock and "-" not in clock:
+        value += "Z"
+    return value
 
 
 async def list_keys(
@@ -29,7 +69,45 @@ async def list_keys(
             if user not in (None, actor.user_id):
                 raise no_such_user(user)
             user = actor.user_id
-        return await keys.list_keys(conn, user_id=user, agent_id=agent_id)
+        return await shown(conn, await keys.list_keys(conn, user_id=user, agent_id=agent_id))
+
+
+async def shown(conn: Any, listed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Listings as the faces show them: a budget in credits, with what the key has spent."""
+    out = []
+    for k in listed:
+        k = dict(k)
+        milli = k.pop("budget_milli")
+        if milli is not None:
+            prefix = str(k["prefix"])
+            spent = await conn.batch(lambda r, p=prefix: ledger.key_spent(r, p))
+            k["budget"], k["spent"] = credits(milli), credits(spent)
+        else:
+            k["budget"] = None
+        out.append(k)
+    return out
+
+
+def parse_scope(raw: Any) -> list[tuple[str, str, list[str]]] | None:
+    """``[{"toolkit", "project"?, "tools"?}]`` → (slug, project, full tool names); None: not narrowed."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_SCOPE:
+        raise InvalidParams(
+            f"'scope' must be a list of 1 to {MAX_SCOPE} {{toolkit, project?, tools?}} objects", field="scope"
+        )
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not set(item) <= {"toolkit", "project", "tools"}:
+            raise InvalidParams("each 'scope' entry is {toolkit, project?, tools?}", field="scope")
+        slug = item.get("toolkit")
+        if not isinstance(slug, str) or not slug or len(slug) > 256:
+            raise InvalidParams("each 'scope' entry names a 'toolkit'", field="scope")
+        project = check_project(item.get("project", "default"))
+        tools = principals.check_tool_names(item.get("tools") or [], "scope")
+        full = [t if t.startswith(slug + SEPARATOR) else f"{slug}{SEPARATOR}{t}" for t in tools]
+        out.append((slug, project, full))
+    return out
 
 
 async def issue(
@@ -42,9 +120,12 @@ async def issue(
     expires_at: Any = None,
     preload: Any = None,
     read_only: Any = False,
+    scope: Any = None,
+    budget: Any = None,
 ) -> tuple[str, dict[str, Any]]:
     """A new key (its secret and its listing) for ``user`` (None: the agent's, else the actor's)
-    or for agent ``agent_id``, which must then act for ``user`` if one is named."""
+    or for agent ``agent_id``, which must then act for ``user`` if one is named; ``scope``
+    narrows it (never wider than that agent or user), ``budget`` caps what it spends."""
     principals.require_person(actor)
     if not policy.check_flag(read_only):
         policy.require_unguarded(actor, "issue a key that is not read-only")
@@ -53,6 +134,8 @@ async def issue(
     expiry = keys.parse_expiry(expires_at)
     if preload is not None:
         preload = principals.check_tool_names(preload, "preload")
+    wanted = parse_scope(scope)
+    budget_milli = None if budget is None else parse_credits(budget, "budget")
     async with rt.db.write() as tx:
         owner = None
         if user is not None:
@@ -70,10 +153,30 @@ async def issue(
             if actor.operator:
                 raise InvalidParams("name the user the key belongs to", field="user_id")
             owner = actor.user_id
-        await principals.get_user(tx, owner)
-        return await keys.create_key(
-            tx, owner, name=name, agent_id=agent_id, expires_at=expiry, preload=preload, read_only=read_only
+        holder = await principals.get_user(tx, owner)
+        rows = None
+        if wanted is not None:
+            parent = Principal(
+                user_id=owner,
+                name=holder["name"],
+                is_admin=holder["is_admin"],
+                key_prefix="",
+                agent_id=agent_id,
+                agent_name=None if agent_id is None else agent["name"],
+            )
+            rows = await tx.batch(lambda r: keys.narrowing_in(r, parent, wanted))
+        secret, listed = await keys.create_key(
+            tx,
+            owner,
+            name=name,
+            agent_id=agent_id,
+            expires_at=expiry,
+            preload=preload,
+            read_only=read_only,
+            scope=rows,
+            budget=budget_milli,
         )
+        return secret, (await shown(tx, [listed]))[0]
 
 
 async def revoke(rt: Runtime, actor: Principal, prefix: str) -> dict[str, Any]:
@@ -86,7 +189,7 @@ async def revoke(rt: Runtime, actor: Principal, prefix: str) -> dict[str, Any]:
         if prefix == actor.key_prefix:
             # Nobody locks themselves out by accident: revoke it with another key.
             raise Conflict("this is the key making the request; revoke it with another key", field="prefix")
-        return await keys.revoke(tx, prefix)
+        return (await shown(tx, [await keys.revoke(tx, prefix)]))[0]
 
 
 async def set_read_only(rt: Runtime, actor: Principal, prefix: str, read_only: Any) -> dict[str, Any]:
@@ -99,7 +202,7 @@ async def set_read_only(rt: Runtime, actor: Principal, prefix: str, read_only: A
         found = await keys.key_info(tx, prefix)
         if found is None or not principals.manages(actor, int(found["user_id"])):
             raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
-        return await keys.set_read_only(tx, prefix, flag)
+        return (await shown(tx, [await keys.set_read_only(tx, prefix, flag)]))[0]
 
 
 def check_admin_key(key: str) -> None:

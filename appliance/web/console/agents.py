@@ -17,7 +17,7 @@ from appliance.errors import ApplianceError, InvalidParams
 from appliance.gateway.admin import agent_pages, grants, keys, people
 from appliance.web.console import guard, once
 from appliance.web.console.rendering import render
-from appliance.web.console.routes import _context, _field, _see_other, bp, failure
+from appliance.web.console.routes import _context, _field, _see_other, bp, failure, number_of
 
 _NOTICES = {
     "created": "Agent created.",
@@ -122,7 +122,16 @@ async def change_agent(request: Request, agent_id: int, action: str) -> HTTPResp
         await agent_pages.agent_page(rt, viewer, agent_id)  # a stranger's agent: 404, nothing spent
         if not once.tokens(request.app.ctx).spend(_field(request, "once")):
             return _see_other(f"{here}?done=key-once")  # a reload of the answer that showed it
-        secret, _ = await keys.issue(rt, viewer, agent_id=agent_id, name=_field(request, "name").strip())
+        budget = _field(request, "budget").strip()
+        secret, _ = await keys.issue(
+            rt,
+            viewer,
+            agent_id=agent_id,
+            name=_field(request, "name").strip(),
+            scope=keys.scope_from_text(_field(request, "scope").splitlines()),
+            budget=number_of(budget) if budget else None,
+            expires_at=keys.expiry_from_form(_field(request, "expires_at")),
+        )
         found = await agent_pages.agent_page(rt, viewer, agent_id)
     except ApplianceError as exc:
         return failure(request, exc)

@@ -344,7 +344,14 @@ async def change_toolkit(request: Request, project: str, slug: str, action: str)
                 removed=len(report["removed"]),
             )
         if action == "quota":
-            changes = {name: _number(request, name) for name in ("fee", "daily_limit", "monthly_limit")}
+            changes: dict[str, object] = {
+                name: _number(request, name) for name in ("fee", "daily_limit", "monthly_limit")
+            }
+            # a kind's field left empty: no fee of its own, the toolkit's fee applies
+            changes["kind_fees"] = {
+                kind: _number(request, f"fee_{kind}") if _field(request, f"fee_{kind}").strip() else None
+                for kind in ledgering.KINDS
+            }
             await ledger.set_quota(rt, viewer, slug, changes, project)
             return _back(request, action)
         await catalogue.reclassify(

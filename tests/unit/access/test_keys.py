@@ -11,7 +11,7 @@ import pytest
 
 from appliance import config
 from appliance.access import keys, limits, principals
-from appliance.errors import InvalidParams, RateLimited, Unauthorized
+from appliance.errors import InvalidParams, KeyExpired, RateLimited, Unauthorized
 from appliance.gateway.runtime import Runtime
 from appliance.models import OPERATOR
 
@@ -28,7 +28,12 @@ def run(tmp_path: Path, body: Callable[[Runtime], Awaitable[Any]]) -> Any:
     return asyncio.run(main())
 
 
-def test_an_expired_or_revoked_key_is_refused_with_the_same_text_as_an_unknown_one(tmp_path: Path) -> None:
+def test_a_revoked_key_answers_like_an_unknown_one_and_an_expired_key_says_so_to_its_holder(
+    tmp_path: Path,
+) -> None:
+    """Revoked and unknown share one text (no oracle); an expired key is refused 401 with its
+    own reason and the time, which only the holder of the right secret can learn."""
+
     async def body(rt: Runtime) -> None:
         async with rt.db.write() as tx:
             user = await principals.create_user(tx, "ann")
@@ -43,11 +48,19 @@ def test_an_expired_or_revoked_key_is_refused_with_the_same_text_as_an_unknown_o
         messages = set()
         async with rt.db.read() as conn:
             assert (await keys.authenticate(conn, future)).name == "ann"
-            for key in (past, revoked, keys.new_key()):
+            for key in (revoked, keys.new_key(), past[:-4] + "AAAA"):
                 with pytest.raises(Unauthorized) as refused:
                     await keys.authenticate(conn, key)
+                assert refused.value.reason == "unauthorized"
                 messages.add(refused.value.public_message)
+            with pytest.raises(KeyExpired) as expired:
+                await keys.authenticate(conn, past)
         assert len(messages) == 1
+        assert expired.value.http_status == 401 and expired.value.reason == "key_expired"
+        assert "expired at 2001-01-01T00:00:00.000Z" in expired.value.public_message
+        for key in (past, past):  # remembered or not, the same answer
+            with pytest.raises(KeyExpired):
+                await keys.authenticate_cached(rt.db, key)
 
     run(tmp_path, body)
 
