@@ -23,7 +23,8 @@
     ├── Unauthorized                    401  -32001  unauthorized
     ├── Forbidden                       403  -32001  forbidden
     │   ├── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
-    │   └── CallRefused                 403  -32006  read_only / policy_denied (call policy)
+    │   ├── CallRefused                 403  -32006  read_only / policy_denied (call policy)
+    │   └── ConnectionRequired          403  -32007  connection_required (toolkit, project, connect_url)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -178,6 +179,16 @@ class CallRefused(Forbidden):
     def __init__(self, message: str, *, reason: str, **kw: Any):
         super().__init__(message, **kw)
         self.reason = reason
+
+
+class ConnectionRequired(Forbidden):
+    """A ``per_user`` toolkit's tool, and the caller's user has no working connection to it
+    (none, or one that needs reconnecting). Nothing was sent or charged. ``data`` names the
+    toolkit and gives the console page where the user connects (``connect_url``). Its own
+    code: only the person can fix it, by connecting; retrying cannot help."""
+
+    rpc_code = -32007
+    reason = "connection_required"
 
 
 class RateLimited(ApplianceError):

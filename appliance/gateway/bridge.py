@@ -14,7 +14,7 @@ from appliance.artifacts import reading
 from appliance.catalogue import store, toolkit_reads
 from appliance.db import SyncReader
 from appliance.errors import ApplianceError, CallRefused, InvalidParams, NotFound, UpstreamError
-from appliance.gateway import accounting, answers, artifacts, audit, policy, telemetry
+from appliance.gateway import accounting, answers, artifacts, audit, connections, policy, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -226,10 +226,11 @@ async def call_bridge(
         # Suggestions of toolkits to install go only to callers who may install (a person's
         # own key or the operator: agents and anonymous callers cannot import).
         may_install = not principal.anonymous and principal.agent_id is None
+        # A per_user toolkit's results say whether the caller is connected (issue 19).
+        marks = await connections.search_marks(rt, principal)
+        render = answers.result if not marks else answers.marked(marks)
         with telemetry.timed_search():
-            found = await search_for_agent(
-                rt, args, answers.result, principal=principal, can_install=may_install
-            )
+            found = await search_for_agent(rt, args, render, principal=principal, can_install=may_install)
         _note_search(rt, principal, args, found)
         return answers.json_result(answers.fold_search(found))
     if name == "list_toolkits":

@@ -2,17 +2,36 @@
 
 Public and unauthenticated, as the draft requires: authorization servers fetch it by URL.
 It names no secret: the ``client_id`` (its own URL), the name, and the one redirect URI.
-The ``/oauth/callback`` that redirect URI names comes with the console's connect pages.
+
+``/oauth/callback`` is where an authorization server sends the browser back with a code
+(``gateway/connections.finish`` checks it): a console session goes back to its Connections
+page (a fixed path: nothing in the request chooses where), a headless one (started through
+the API or the CLI) gets a short page saying it is done. Failures are shown, never
+redirected. Nothing on either page quotes the code, a token or the server's answer.
 """
 
 from __future__ import annotations
 
+import html
+import logging
+
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import NotFound
+from appliance.errors import ApplianceError, NotFound
 from appliance.gateway import oauth_client
+from appliance.gateway.admin import sessions
+from appliance.gateway.connections import CONSOLE_PATH, finish
 from appliance.web.admin_routes import error_response
+from appliance.web.console.guard import session_token
+
+log = logging.getLogger(__name__)
+_PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+}
 
 bp = Blueprint("oauth", url_prefix="/oauth")
 
@@ -23,3 +42,30 @@ async def client_metadata(request: Request) -> HTTPResponse:
     if document is None:
         return error_response(NotFound("no public URL is set (TOOLSPOKE_PUBLIC_URL): no client metadata"))
     return response.json(document, headers={"Cache-Control": "public, max-age=3600"})
+
+
+def _page(title: str, text: str, status: int) -> HTTPResponse:
+    body = (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{html.escape(title)}</title></head>"
+        f"<body><h1>{html.escape(title)}</h1><p>{html.escape(text)}</p></body></html>"
+    )
+    return response.html(body, status=status, headers=_PAGE_HEADERS)
+
+
+@bp.get("/callback")
+async def callback(request: Request) -> HTTPResponse:
+    params = {k: v[0] for k, v in request.args.items() if v}
+    binding = sessions.binding(session_token(request))
+    try:
+        done = await finish(request.app.ctx.rt, params, session_hash=binding)
+    except ApplianceError as exc:
+        log.info("an OAuth callback was refused: %s", exc.reason)
+        return _page("Not connected", exc.public_message, 400 if exc.http_status < 500 else 502)
+    if binding is not None:
+        return response.redirect(f"{CONSOLE_PATH}?connected=1", headers={"Cache-Control": "no-store"})
+    return _page(
+        "Connected",
+        f"Your connection to {done['toolkit']} (project {done['project']}) is ready; "
+        "you may close this window.",
+        200,
+    )
