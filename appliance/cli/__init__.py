@@ -6,13 +6,25 @@ imported, so importing this package yields the whole command.
 
 from __future__ import annotations
 
-from appliance.cli import access, backup, catalogue, doctor, imports, ledger, semantic, serving, vault
+from appliance.cli import (
+    access,
+    backup,
+    catalogue,
+    connections,
+    doctor,
+    imports,
+    ledger,
+    semantic,
+    serving,
+    vault,
+)
 from appliance.cli.common import main
 
 __all__ = [
     "access",
     "backup",
     "catalogue",
+    "connections",
     "doctor",
     "imports",
     "ledger",

@@ -289,3 +289,55 @@ def test_a_callback_with_an_unknown_state_changes_nothing(app: InProcess) -> Non
 def test_the_connect_url_is_relative_without_a_public_url(app: InProcess) -> None:
     settings = app.rt.settings
     assert connections.connect_url(app.rt, "acme", "default").startswith(settings.public_url or "/console")
+
+
+def cli(app: InProcess, *args: str, env: dict[str, str] | None = None) -> str:
+    from click.testing import CliRunner
+
+    from appliance.cli import main
+
+    full = {
+        "TOOLSPOKE_DATA_DIR": str(app.data_dir),
+        "TOOLSPOKE_PUBLIC_URL": BASE_URL,
+        "ALLOWED_TOOL_CIDRS": "127.0.0.1/32",
+        **(env or {}),
+    }
+    done = CliRunner().invoke(main, list(args), env=full, catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    return done.stdout
+
+
+def test_the_cli_prints_the_url_and_the_appliances_callback_finishes_it(
+    app: InProcess, keys: Any, world: OAuthWorld
+) -> None:
+    url = cli(app, "connections", "connect", "acme", "--user", "alice").strip()
+    with httpx.Client(follow_redirects=False, timeout=30, headers={"Cookie": "who=alice"}) as browser:
+        location = browser.get(url).headers["location"]
+    with app.client(follow_redirects=False) as back:
+        assert back.get(location.removeprefix(BASE_URL)).status_code == 200
+    assert text_of(call(app, keys["alice"]["agent"])) == "you are alice"
+    listed = cli(app, "connections", "list", "--user", "alice")
+    assert listed.startswith("default/acme: connected (oauth; tools")
+    assert not any(t in listed for t in world.tokens)
+    shown = cli(app, "connections", "mode", "acme")
+    assert shown.strip() == (
+        "default/acme: per_user; connected: alice (connected), bob (connected), carol (connected)"
+    )
+    token = "dave-cli-token-0123456789abcdef"
+    world.static[token] = "dave"
+    add_user_keys(app.data_dir, "dave", 1)
+    said = cli(
+        app,
+        "connections",
+        "connect",
+        "acme",
+        "--user",
+        "dave",
+        "--scheme",
+        "bearer",
+        "--from-env",
+        "T",
+        env={"T": token},
+    )
+    assert "connected (bearer" in said and token not in said
+    assert "revoked and deleted" in cli(app, "connections", "disconnect", "acme", "--user", "alice")
