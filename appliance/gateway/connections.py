@@ -400,6 +400,19 @@ def _oauth_url(kit: Kit) -> str:
     return str(connection.get("url", ""))
 
 
+async def in_session(rt: Runtime, state: str | None) -> bool:
+    """Whether the authorization ``state`` names must be finished in a console session.
+
+    The console's cookie is ``SameSite=Strict`` and kept to ``/console``: a browser sent back
+    by an authorization server (another site) does not carry it to ``/oauth/callback``. So
+    the callback hands such an authorization on to ``/console/connections/finish``, a
+    navigation from our own page, which does carry it, and ``finish`` checks it there."""
+    if not isinstance(state, str) or not state or len(state) > 200:
+        return False
+    async with rt.db.read() as conn:
+        return bool(await vault_conns.bound(conn, state))
+
+
 async def finish(rt: Runtime, params: Mapping[str, str], *, session_hash: str | None) -> dict[str, Any]:
     """The callback: the authorization ``params`` name checked, the code exchanged, the
     tokens sealed for the user who started it. Which toolkit and user it was is returned."""

@@ -249,6 +249,12 @@ async def hold(
     )
 
 
+async def bound(conn: ReadConn, state: str) -> bool | None:
+    """Whether the authorization ``state`` names is bound to a console session (None: unknown)."""
+    row = await conn.one("SELECT session_hash FROM oauth_pending WHERE state_hash = ?", (state_hash(state),))
+    return None if row is None else row["session_hash"] is not None
+
+
 async def take(tx: WriteTx, vault: Vault, state: str) -> PendingRow | None:
     """The authorization ``state`` names, removed (single use); None when unknown or expired."""
     key = state_hash(state)

@@ -4,9 +4,10 @@ Public and unauthenticated, as the draft requires: authorization servers fetch i
 It names no secret: the ``client_id`` (its own URL), the name, and the one redirect URI.
 
 ``/oauth/callback`` is where an authorization server sends the browser back with a code
-(``gateway/connections.finish`` checks it): a console session goes back to its Connections
-page (a fixed path: nothing in the request chooses where), a headless one (started through
-the API or the CLI) gets a short page saying it is done. Failures are shown, never
+(``gateway/connections.finish`` checks it): one started in the console is handed on to
+``/console/connections/finish`` (a fixed path: nothing in the request chooses where), where
+the console's own cookie comes along and is checked; a headless one (started through the
+API or the CLI) is finished here and gets a short page saying it is done. Failures are shown, never
 redirected. Nothing on either page quotes the code, a token or the server's answer.
 """
 
@@ -14,16 +15,15 @@ from __future__ import annotations
 
 import html
 import logging
+from urllib.parse import urlencode
 
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, NotFound
 from appliance.gateway import oauth_client
-from appliance.gateway.admin import sessions
-from appliance.gateway.connections import CONSOLE_PATH, finish
+from appliance.gateway.connections import CONSOLE_PATH, finish, in_session
 from appliance.web.admin_routes import error_response
-from appliance.web.console.guard import session_token
 
 log = logging.getLogger(__name__)
 _PAGE_HEADERS = {
@@ -55,14 +55,24 @@ def _page(title: str, text: str, status: int) -> HTTPResponse:
 @bp.get("/callback")
 async def callback(request: Request) -> HTTPResponse:
     params = {k: v[0] for k, v in request.args.items() if v}
-    binding = sessions.binding(session_token(request))
+    rt = request.app.ctx.rt
+    if await in_session(rt, params.get("state")):
+        # Started in the console: finished there, where the session cookie is sent (a fixed
+        # path; the query is the authorization server's answer, passed on as it came).
+        target = f"{CONSOLE_PATH}/finish?{urlencode(params)}"
+        shown = html.escape(target)
+        body = (
+            "<!doctype html><html><head><meta charset=utf-8>"
+            f'<meta http-equiv="refresh" content="0;url={shown}">'
+            f'<title>Connecting</title></head><body><p><a href="{shown}">Continue to the console</a></p>'
+            "</body></html>"
+        )
+        return response.html(body, headers=_PAGE_HEADERS)
     try:
-        done = await finish(request.app.ctx.rt, params, session_hash=binding)
+        done = await finish(rt, params, session_hash=None)
     except ApplianceError as exc:
         log.info("an OAuth callback was refused: %s", exc.reason)
         return _page("Not connected", exc.public_message, 400 if exc.http_status < 500 else 502)
-    if binding is not None:
-        return response.redirect(f"{CONSOLE_PATH}?connected=1", headers={"Cache-Control": "no-store"})
     return _page(
         "Connected",
         f"Your connection to {done['toolkit']} (project {done['project']}) is ready; "

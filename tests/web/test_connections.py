@@ -341,3 +341,44 @@ def test_the_cli_prints_the_url_and_the_appliances_callback_finishes_it(
     )
     assert "connected (bearer" in said and token not in said
     assert "revoked and deleted" in cli(app, "connections", "disconnect", "acme", "--user", "alice")
+
+
+def test_the_console_connects_in_the_persons_own_session_only(
+    app: InProcess, keys: Any, world: OAuthWorld
+) -> None:
+    from tests.support.console_pages import signed_in
+
+    console, csrf = signed_in(app, keys["bob"]["person"], landing="/console/connections")
+    page = console.get("/console/connections?toolkit=acme&project=default")
+    assert page.status_code == 200 and "acme" in page.text and "Disconnect" in page.text
+    assert not any(t in page.text for t in world.tokens)
+    started = console.post("/console/connections/default/acme/connect", data={"csrf": csrf})
+    assert started.status_code == 200, started.text
+    url = started.text.split('id="authorize" href="')[1].split('"')[0].replace("&amp;", "&")
+    with httpx.Client(follow_redirects=False, timeout=30, headers={"Cookie": "who=bob"}) as browser:
+        location = browser.get(url).headers["location"].removeprefix(BASE_URL)
+    # The callback (no console cookie reaches it: SameSite=Strict, Path=/console) hands the
+    # answer on to the console, where only the session that started it may finish it.
+    with app.client(follow_redirects=False) as stranger:
+        handed = stranger.get(location)
+        assert handed.status_code == 200 and 'http-equiv="refresh"' in handed.text
+        onward = handed.text.split('href="')[1].split('"')[0].replace("&amp;", "&")
+        assert onward.startswith("/console/connections/finish?")
+        assert stranger.get(onward).status_code in (302, 303)  # no session: off to sign in
+    # Another person's session is refused, and the state is spent.
+    other, _ = signed_in(app, keys["carol"]["person"], landing="/console/connections")
+    refused = other.get(onward, follow_redirects=False)
+    assert refused.status_code == 400 and "another console session" in refused.text
+    assert console.get(onward, follow_redirects=False).status_code == 400
+    started = console.post("/console/connections/default/acme/connect", data={"csrf": csrf})
+    url = started.text.split('id="authorize" href="')[1].split('"')[0].replace("&amp;", "&")
+    with httpx.Client(follow_redirects=False, timeout=30, headers={"Cookie": "who=bob"}) as browser:
+        location = browser.get(url).headers["location"].removeprefix(BASE_URL)
+    onward = console.get(location).text.split('href="')[1].split('"')[0].replace("&amp;", "&")
+    back = console.get(onward, follow_redirects=False)
+    assert back.status_code == 303 and back.headers["location"] == "/console/connections?connected=1"
+    assert text_of(call(app, keys["bob"]["agent"])) == "you are bob"
+    admin_console, _ = signed_in(app, app.key, landing="/console/toolkits/default/acme")
+    kit_page = admin_console.get("/console/toolkits/default/acme")
+    assert "Each person connects their own account" in kit_page.text and "bob" in kit_page.text
+    assert not any(t in kit_page.text for t in world.tokens)
