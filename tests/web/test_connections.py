@@ -8,8 +8,8 @@ carried. The toolkit is imported with the owner's fixed token, published, and sw
 opened by a plain HTTP client standing in for the browser, the redirect followed to the
 appliance's own ``/oauth/callback``). The tests run in order on one appliance.
 
-The real-process end to end (``tests/e2e/test_connections_flow.py``) keeps the same path on
-``toolspoke serve`` with the console in Chromium.
+No real-process test covers this path yet: an end to end on ``toolspoke serve`` with the
+console driven in Chromium (tests/e2e/test_console_flow.py's way) is still to be written.
 """
 
 from __future__ import annotations
