@@ -26,9 +26,10 @@
     │   ├── MisdirectedRequest          421  -32005  misdirected_host (a Host not served here)
     │   ├── CallRefused                 403  -32006  read_only / policy_denied (call policy)
     │   │   └── ApprovalRefused         403  -32006  approval_<why>: a retry its approval does not cover
-    │   └── ApprovalRequired            403  -32007  approval_required (a pending approval's id, its
-    │                                                 queue's URL, how to retry); an isError result on
-    │                                                 tools/call (rpc/mcp.py)
+    │   ├── ApprovalRequired            403  -32007  approval_required (a pending approval's id, its
+    │   │                                             queue's URL, how to retry); an isError result on
+    │   │                                             tools/call (rpc/mcp.py)
+    │   └── ConnectionRequired          403  -32008  connection_required (toolkit, project, connect_url)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -207,6 +208,16 @@ class ApprovalRequired(Forbidden):
 
     rpc_code = -32007
     reason = "approval_required"
+
+
+class ConnectionRequired(Forbidden):
+    """A ``per_user`` toolkit's tool, and the caller's user has no working connection to it
+    (none, or one that needs reconnecting). Nothing was sent or charged. ``data`` names the
+    toolkit and gives the console page where the user connects (``connect_url``). Its own
+    code: only the person can fix it, by connecting; retrying cannot help."""
+
+    rpc_code = -32008
+    reason = "connection_required"
 
 
 class RateLimited(ApplianceError):

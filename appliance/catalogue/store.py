@@ -349,6 +349,16 @@ def tools_by_ids_in(conn: SyncReader, ids: list[int], *, scope: Scope | None = N
     return [by_id[i] for i in ids if i in by_id]
 
 
+async def toolkit_identity(conn: ReadConn, toolkit_id: int) -> tuple[str, str] | None:
+    """A toolkit's (slug, project slug); None when it is gone."""
+    row = await conn.one(
+        "SELECT k.slug, p.slug AS project FROM toolkits k JOIN projects p ON p.id = k.project_id"
+        " WHERE k.id = ?",
+        (toolkit_id,),
+    )
+    return None if row is None else (str(row["slug"]), str(row["project"]))
+
+
 async def toolkit_connection(conn: ReadConn, toolkit_id: int) -> dict[str, Any] | None:
     """How to reach a toolkit's MCP upstream (None for OpenAPI and catalogue toolkits)."""
     row = await conn.one("SELECT connection FROM toolkits WHERE id = ?", (toolkit_id,))
@@ -404,7 +414,7 @@ async def tools_in_toolkit(conn: ReadConn, toolkit_id: int, *, scope: Scope | No
     return await conn.batch(lambda r: tools_in_toolkit_in(r, toolkit_id, scope=scope))
 
 
-_EGRESS = "SELECT meta, max_response_bytes FROM toolkits WHERE id = ?"
+_EGRESS = "SELECT meta, max_response_bytes, connection_mode FROM toolkits WHERE id = ?"
 
 
 async def toolkit_egress(conn: ReadConn, toolkit_id: int) -> dict[str, Any]:
@@ -419,13 +429,27 @@ def toolkit_egress_in(reader: SyncReader, toolkit_id: int) -> dict[str, Any]:
 
 def _egress(row: Any) -> dict[str, Any]:
     if row is None:
-        return {"security_schemes": {}, "max_response_bytes": None}
+        return {"security_schemes": {}, "max_response_bytes": None, "connection_mode": "shared"}
     meta = loads(row["meta"]) or {}
     schemes = meta.get("security_schemes") if isinstance(meta, dict) else None
     return {
         "security_schemes": schemes if isinstance(schemes, dict) else {},
         "max_response_bytes": row["max_response_bytes"],
+        "connection_mode": row["connection_mode"],
     }
+
+
+CONNECTION_MODES = ("shared", "per_user")
+
+
+async def set_connection_mode(tx: WriteTx, toolkit_id: int, mode: str) -> None:
+    """``shared`` (one credential, the toolkit's) or ``per_user`` (each person's own)."""
+    await tx.run("UPDATE toolkits SET connection_mode = ? WHERE id = ?", (mode, toolkit_id))
+
+
+def per_user_toolkits_in(reader: SyncReader) -> set[int]:
+    """The ids of every toolkit whose calls use each person's own connection."""
+    return {int(r["id"]) for r in reader.all("SELECT id FROM toolkits WHERE connection_mode = 'per_user'")}
 
 
 async def set_max_response_bytes(tx: WriteTx, toolkit_id: int, value: int | None) -> None:

@@ -45,6 +45,19 @@ def result(tool: Tool) -> dict[str, Any]:
     return {**_identity(tool), "description": text, "input": _input(tool.input_schema)}
 
 
+def marked(connected: dict[int, bool]) -> Any:
+    """``result`` with ``"connected"`` on a per_user toolkit's tools: whether the caller has a
+    working connection there (absent for shared toolkits: a few bytes only where it matters)."""
+
+    def render(tool: Tool) -> dict[str, Any]:
+        out = result(tool)
+        if tool.toolkit_id in connected:
+            out["connected"] = connected[tool.toolkit_id]
+        return out
+
+    return render
+
+
 def _input(schema: dict[str, Any]) -> dict[str, Any]:
     out = compact(schema)
     if out.get("type") == "object":  # a tool's input is always an object (MCP): no need to say
@@ -107,4 +120,13 @@ def json_result(value: dict[str, Any]) -> CallResult:
     return CallResult(content=[{"type": "text", "text": dumps(value)}], structured=value)
 
 
-__all__ = ["describe", "fold_search", "json_result", "kit_fields", "result", "toolkit_brief", "toolkit_index"]
+__all__ = [
+    "describe",
+    "fold_search",
+    "json_result",
+    "kit_fields",
+    "marked",
+    "result",
+    "toolkit_brief",
+    "toolkit_index",
+]

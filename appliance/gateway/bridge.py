@@ -22,7 +22,7 @@ from appliance.errors import (
     NotFound,
     UpstreamError,
 )
-from appliance.gateway import accounting, answers, artifacts, audit, costs, policy, telemetry
+from appliance.gateway import accounting, answers, artifacts, audit, connections, costs, policy, telemetry
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -248,10 +248,11 @@ async def call_bridge(
         # Suggestions of toolkits to install go only to callers who may install (a person's
         # own key or the operator: agents and anonymous callers cannot import).
         may_install = not principal.anonymous and principal.agent_id is None
+        # A per_user toolkit's results say whether the caller is connected (issue 19).
+        marks = await connections.search_marks(rt, principal)
+        render = answers.result if not marks else answers.marked(marks)
         with telemetry.timed_search():
-            found = await search_for_agent(
-                rt, args, answers.result, principal=principal, can_install=may_install
-            )
+            found = await search_for_agent(rt, args, render, principal=principal, can_install=may_install)
         _note_search(rt, principal, args, found)
         return answers.json_result(answers.fold_search(found))
     if name == "list_toolkits":

@@ -159,7 +159,7 @@ async def _call_mcp(
     connection = prepared.connection(connection)  # credential and cap for this call, never stored
     async with watched(rt, tool):  # health: refuse at once when broken; feed the outcome
         raw = await rt.mcp.call_tool(
-            pool_key(tool),
+            prepared.pool_key or pool_key(tool),  # per_user: the user's own session
             connection,
             tool.upstream_name,
             arguments,

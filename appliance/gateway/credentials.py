@@ -295,12 +295,18 @@ class PreparedCall:
     authorizer: Authorizer | None
     max_bytes: int
     needles: Needles = NO_NEEDLES  # every vault secret's forms (gateway/redaction.py)
+    mode: str = "shared"  # the toolkit's connection mode: shared, or per_user (gateway/connections.py)
+    pool_key: str | None = None  # per_user: the user's own MCP session, never another's
+    http_auth: Any = None  # per_user OAuth on MCP: the user's tokens, answering 401s
+    personal: tuple[str, ...] = ()  # per_user OAuth: the tokens this call may send
 
     def connection(self, connection: dict[str, Any]) -> dict[str, Any]:
         """An MCP connection with this call's opened credential (``auth``) and cap (``max_bytes``)."""
         extra: dict[str, Any] = {"max_bytes": self.max_bytes}
         if self.auth is not None:
             extra["auth"] = self.auth
+        if self.http_auth is not None:
+            extra["http_auth"] = self.http_auth
         return {**connection, **extra}
 
     def redactor(self) -> Redactor:
@@ -308,6 +314,7 @@ class PreparedCall:
         access tokens it used (never in the vault) and, should the vault's needles come from
         an older look at the database than the credential, the credential itself."""
         sent = [*self.auth.secrets()] if self.auth is not None else []
+        sent += self.personal
         if self.authorizer is not None:
             sent += self.authorizer.access_tokens()
         extra = self.needles.missing(sent)
@@ -365,19 +372,20 @@ async def prepare_kit(rt: Runtime, kit: int) -> PreparedCall:
     def read(reader: SyncReader) -> tuple[dict[str, Any], vault_store.StoredSecret | None]:
         return store.toolkit_egress_in(reader, kit), vault_store.get_in(reader, kit)
 
-    async def load(conn: ReadConn) -> tuple[int | None, UpstreamAuth | None]:
+    async def load(conn: ReadConn) -> tuple[int | None, UpstreamAuth | None, str]:
         egress, stored = await conn.batch(read)  # both reads in one thread hop
-        return egress["max_response_bytes"], await _open(rt, conn, stored)
+        return egress["max_response_bytes"], await _open(rt, conn, stored), egress["connection_mode"]
 
     # Remembered until the database changes (a credential set, cleared, rotated or retired
     # anywhere is a commit): a steady stream of calls opens each credential once. A row
     # that does not open raises, and a failure is never remembered.
-    max_bytes, auth = await rt.db.cached(("credential", kit), load)
+    max_bytes, auth, mode = await rt.db.cached(("credential", kit), load)
     return PreparedCall(
         auth=auth,
         authorizer=None,
         max_bytes=int(max_bytes or rt.settings.upstream_max_bytes),
         needles=await redaction.needles(rt),
+        mode=mode,
     )
 
 

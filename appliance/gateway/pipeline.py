@@ -1,7 +1,7 @@
 """The tool call as one pipeline: every caller's call takes these stages, in this order.
 
-    rate → resolve → policy → runner check → validate → approval → reserve → credential
-    → dispatch → redact → keep aside → record
+    rate → resolve → policy → runner check → validate → connection → approval → reserve
+    → credential → dispatch → redact → keep aside → record
 
 ``run`` lists them. Each stage is a function of the runtime and the call's ``Attempt``
 (``gateway/attempt.py``), which carries everything one stage learns for the next; the
@@ -27,7 +27,16 @@ from collections.abc import Coroutine
 from typing import Any
 
 from appliance.errors import ApplianceError, RateLimited, UpstreamError
-from appliance.gateway import accounting, approvals, artifacts, audit, calls, credentials, policy, redaction
+from appliance.gateway import (
+    accounting,
+    approvals,
+    artifacts,
+    audit,
+    calls,
+    connections,
+    policy,
+    redaction,
+)
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.validation import validate_arguments
@@ -71,6 +80,7 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
             need = await policy.check(rt, attempt.principal, tool)  # may it run: nothing charged or sent
             check_runner(attempt, tool)
             validate_arguments(tool.input_schema, attempt.arguments)
+            await connections.require(rt, attempt.principal, tool)  # per_user: nothing leaves without one
             if need is not None:  # an ``approve`` rule: only with a person's yes for this very call
                 await approvals.gate(rt, attempt, tool, need)
             await accounting.reserve(rt, attempt, tool)  # storage → quota → credit → hold
@@ -111,8 +121,9 @@ def check_runner(attempt: Attempt, tool: Tool) -> None:
 
 
 async def credential(rt: Runtime, attempt: Attempt, tool: Tool) -> None:
-    """Stage: the vault's credential for this call, its byte cap and its redactor."""
-    attempt.prepared = await credentials.prepare(rt, tool)
+    """Stage: the vault's credential for this call (per_user: the caller's user's own), its
+    byte cap and its redactor."""
+    attempt.prepared = await connections.prepare(rt, tool, attempt.principal)
 
 
 async def dispatch(rt: Runtime, attempt: Attempt, tool: Tool) -> None:

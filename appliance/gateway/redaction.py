@@ -23,12 +23,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from appliance import secret
 from appliance.db import ReadConn
 from appliance.errors import ApplianceError
 from appliance.secret import Needles, Redactor
+from appliance.vault import connections as vault_conns
 from appliance.vault import store as vault_store
 from appliance.vault.crypto import SealError
 
@@ -47,7 +48,8 @@ class VaultNeedles:
     """This process's view of the vault's secrets: per row, the blob and the values it opened to."""
 
     def __init__(self) -> None:
-        self._rows: dict[int, tuple[bytes, tuple[str, ...]]] = {}
+        # by toolkit id (its shared credential) or ("user", toolkit id, user id) (a person's own)
+        self._rows: dict[Any, tuple[bytes, tuple[str, ...]]] = {}
         self._values: frozenset[str] = frozenset()
         self.needles: Needles = secret.NO_NEEDLES
         self._lock = asyncio.Lock()
@@ -57,13 +59,21 @@ class VaultNeedles:
     async def load(self, rt: Runtime, conn: ReadConn) -> Needles:
         async with self._lock:
             self.loads += 1
-            kept: dict[int, tuple[bytes, tuple[str, ...]]] = {}
+            kept: dict[Any, tuple[bytes, tuple[str, ...]]] = {}
             for stored in await vault_store.every_stored(conn):
                 held = self._rows.get(stored.toolkit_id)
                 if held is not None and held[0] == stored.blob:
                     kept[stored.toolkit_id] = held
                     continue
                 kept[stored.toolkit_id] = (stored.blob, await _values(rt, conn, stored))
+            # Each person's own connection (issue 19): their tokens, keys and refresh tokens.
+            for own in await vault_conns.every_stored(conn):
+                key = ("user", own.toolkit_id, own.user_id)
+                held = self._rows.get(key)
+                if held is not None and held[0] == own.blob:
+                    kept[key] = held
+                    continue
+                kept[key] = (own.blob, await _own_values(rt, conn, own))
             self._rows = kept
             values = frozenset(v for _, vs in kept.values() for v in vs)
             if values != self._values:
@@ -83,6 +93,20 @@ async def _values(rt: Runtime, conn: ReadConn, stored: vault_store.StoredSecret)
     except SealError:
         return ()  # never sent while it does not open; the call path says why
     return tuple(to_auth(stored.scheme, stored.settings, fields).secrets())
+
+
+async def _own_values(rt: Runtime, conn: ReadConn, own: vault_conns.StoredConnection) -> tuple[str, ...]:
+    """What an upstream could echo of one person's connection: every secret field, and the
+    Basic pair's derived form."""
+    from appliance.gateway.credentials import to_auth
+
+    try:
+        fields = await vault_conns.open_connection(conn, rt.vault, own)
+    except SealError:
+        return ()
+    if own.scheme == "oauth":
+        return tuple(v for v in fields.values() if v)
+    return tuple(to_auth(own.scheme, own.settings, fields).secrets())
 
 
 async def _build(values: frozenset[str]) -> Needles:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 from appliance import __version__
 from appliance.children.processes import ProcessRegistry, StdioPolicy
@@ -101,6 +102,10 @@ class Runtime:
             client_info={"name": "toolspoke", "version": __version__},
         )
         self.tokens = TokenCache()  # OAuth access tokens per toolkit (gateway/credentials.py)
+        # Each person's OAuth connection in use, by (toolkit id, user id): its tokens, refreshed
+        # and sealed again as they change (gateway/connections.py).
+        self.user_oauth: dict[tuple[int, int], Any] = {}
+        self.oauth_registered: dict[str, Any] = {}  # clients registered (RFC 7591) per issuer
         self.health = HealthBook(thresholds_from(settings))  # fed by gateway/health.py
         self.self_base_url: str | None = None  # set by `serve` once the port is bound
         # The demo API's notes, answered in process at its reserved origin (gateway/demo_api.py):

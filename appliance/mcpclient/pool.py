@@ -108,6 +108,19 @@ class McpPool:
         headers = dict(connection.get("headers") or {})
         if auth is not None:
             headers.update(auth.static_headers())
+        # A credential that answers challenges (a person's OAuth tokens, ``HttpAuth``).
+        http_auth = connection.get("http_auth")
+        if transport == "http" and http_auth is not None:
+            return await connect_http(
+                self.egress,
+                url,
+                headers=headers,
+                timeout_s=timeout_s,
+                client_info=self.client_info,
+                session_options=options,
+                max_bytes=cap,
+                auth=http_auth,
+            )
         if transport in ("http", "sse"):
             # http falls back to legacy SSE by itself; "sse" is for URLs known to be legacy.
             connect = connect_http if transport == "http" else connect_sse

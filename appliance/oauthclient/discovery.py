@@ -47,6 +47,7 @@ class ServerMetadata:
     grant_types: tuple[str, ...] = ("authorization_code", "implicit")  # RFC 8414 default
     cimd_supported: bool = False
     iss_parameter_supported: bool = False
+    revocation_endpoint: str | None = None  # RFC 7009, when the server offers it
 
 
 def _split(url: str) -> tuple[str, str, str]:
@@ -203,6 +204,7 @@ def _server(egress: Egress, doc: dict[str, Any], issuer: str, where: str) -> Ser
         grant_types=grants if grants is not None else ("authorization_code", "implicit"),
         cimd_supported=doc.get("client_id_metadata_document_supported") is True,
         iss_parameter_supported=doc.get("authorization_response_iss_parameter_supported") is True,
+        revocation_endpoint=_url(egress, doc, "revocation_endpoint", where, required=False),
     )
 
 

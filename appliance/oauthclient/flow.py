@@ -24,9 +24,10 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from appliance.egress.transport import Egress
+from appliance.errors import UpstreamError
 from appliance.oauthclient.challenge import scopes_of
 from appliance.oauthclient.discovery import ServerMetadata
-from appliance.oauthclient.documents import OAuthRefused, host_of, post
+from appliance.oauthclient.documents import MAX_DOCUMENT, OAuthRefused, host_of, post
 from appliance.oauthclient.identity import ClientIdentity
 from appliance.secret import Secret
 
@@ -189,3 +190,41 @@ async def client_credentials(
     if scopes:
         form["scope"] = " ".join(scopes)
     return await _token(egress, server, identity, form, scopes)
+
+
+async def revoke(
+    egress: Egress, server: ServerMetadata, identity: ClientIdentity, token: Secret, hint: str
+) -> bool:
+    """RFC 7009: ask the server to revoke ``token`` (``hint``: refresh_token or access_token).
+
+    True when it answered 200; False when it offers no revocation endpoint. A refusal is an
+    ``OAuthRefused`` naming the status only (the answer may echo what we sent).
+    """
+    if server.revocation_endpoint is None:
+        return False
+    form = {"token": token.reveal(), "token_type_hint": hint}
+    headers = {
+        "Accept": "application/json",
+        "Content-Type": "application/x-www-form-urlencoded",
+        **_authenticated(identity, form),
+    }
+    try:
+        answer = await egress.send(
+            "POST",
+            server.revocation_endpoint,
+            headers=headers,
+            content=urlencode(form).encode(),
+            max_bytes=MAX_DOCUMENT,
+        )
+    except UpstreamError as exc:  # the guard's and the transport's reasons are client-safe
+        raise OAuthRefused(
+            f"OAuth revocation at {host_of(server.revocation_endpoint)} failed: {exc.public_message}",
+            step="revocation",
+        ) from exc
+    if answer.status != 200:
+        raise OAuthRefused(
+            f"the revocation endpoint of {host_of(server.revocation_endpoint)} answered HTTP {answer.status}",
+            step="revocation",
+            status=answer.status,
+        )
+    return True

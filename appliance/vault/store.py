@@ -13,6 +13,7 @@ from typing import Any
 
 from appliance.db import Database, ReadConn, SyncReader, WriteTx, dumps, loads
 from appliance.errors import Conflict, InvalidParams
+from appliance.vault import connections
 from appliance.vault.crypto import context
 from appliance.vault.keyring import Vault
 
@@ -155,6 +156,8 @@ async def rotate(db: Database, vault: Vault, *, batch: int = 500) -> dict[str, i
         done += len(rows)
         if len(rows) < batch:
             break
+    async with db.write() as tx:  # each person's own connections (issue 19): few per toolkit
+        done += await connections.rotate(tx, vault, new.version)
     return {"version": new.version, "resealed": done}
 
 
@@ -183,6 +186,13 @@ async def retire(db: Database, vault: Vault, version: int) -> dict[str, Any]:
                 f"{' …' if len(kits) > 10 else ''}; run `toolspoke vault rotate` to re-seal them first",
                 field="version",
                 data={"toolkits": kits},
+            )
+        personal = await connections.sealing(tx, version)
+        if personal:
+            raise Conflict(
+                f"key version {version} still seals {personal} personal connection(s); run "
+                "`toolspoke vault rotate` to re-seal them first",
+                field="version",
             )
         await tx.run(
             "UPDATE vault_keys SET wrapped = NULL, retired_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"

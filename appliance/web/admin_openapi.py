@@ -461,6 +461,60 @@ PATHS: dict[str, dict[str, Any]] = {
         "parameters": [_path("approval_id", {"type": "string"})],
         "post": _op("Deny a pending call: it never runs", _ref("Approval")),
     },
+    # each person's own connections, a toolkit's mode (web/admin_connections.py; issue 19)
+    "/api/v1/connections": {
+        "get": _op(
+            "The per_user toolkits the caller sees, with the caller's status (never a token)",
+            {"type": "object"},
+            params=[_query("user", {"type": "string"}, "Another user (admins).")],
+        ),
+    },
+    "/api/v1/connections/{slug}": {
+        "parameters": [_SLUG_P],
+        "post": _op(
+            "Start an OAuth connection: the authorization URL to open (the headless path)",
+            {"type": "object"},
+            body=_obj({"project": {"type": "string"}, "user": {"type": "string"}}, []),
+        ),
+        "put": _op(
+            "Seal the caller's own token, key or Basic pair for the toolkit (write-only)",
+            {"type": "object"},
+            body=_obj(
+                {
+                    "scheme": {"enum": ["bearer", "header", "basic", "query", "cookie"]},
+                    "project": {"type": "string"},
+                    "user": {"type": "string"},
+                    "token": {"type": "string"},
+                    "name": {"type": "string"},
+                    "value": {"type": "string"},
+                    "username": {"type": "string"},
+                    "password": {"type": "string"},
+                },
+                ["scheme"],
+            ),
+        ),
+        "delete": _op(
+            "Revoke (where offered) and delete the caller's connection",
+            {"type": "object"},
+            params=[_PROJECT_Q, _query("user", {"type": "string"}, "Another user (admins).")],
+        ),
+    },
+    "/api/v1/toolkits/{slug}/connections": {
+        "parameters": [_SLUG_P],
+        "get": _op(
+            "The toolkit's mode and who is connected (owner or admin)",
+            {"type": "object"},
+            params=[_PROJECT_Q],
+        ),
+    },
+    "/api/v1/toolkits/{slug}/connection-mode": {
+        "parameters": [_SLUG_P],
+        "put": _op(
+            "Set the toolkit's connection mode (owner or admin)",
+            {"type": "object"},
+            body=_obj({"mode": {"enum": ["shared", "per_user"]}, "project": {"type": "string"}}, ["mode"]),
+        ),
+    },
     # credentials, remote MCP import and caps (web/admin_credentials.py)
     "/api/v1/toolkits/{slug}/credentials": {
         "parameters": [_SLUG_P],

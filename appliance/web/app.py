@@ -23,6 +23,7 @@ from appliance.web import (
     admin,
     admin_access,
     admin_backup,
+    admin_connections,
     admin_credentials,
     admin_health,
     admin_ledger,
@@ -89,6 +90,7 @@ def create_app(settings: Settings, *, name: str = "toolspoke") -> Sanic:
     app.blueprint(admin_access.bp)  # projects, toolkit access, grants
     app.blueprint(admin_openapi.bp)
     app.blueprint(admin_credentials.bp)
+    app.blueprint(admin_connections.bp)  # each person's own connection, a toolkit's mode
     app.blueprint(admin_ledger.bp)  # credits, prices and ceilings, call history
     app.blueprint(admin_backup.bp)  # GET /api/v1/backup
     app.blueprint(metrics.bp)  # /metrics, /healthz, /readyz

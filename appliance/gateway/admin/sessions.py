@@ -8,6 +8,7 @@ run out counts at once; it is renewed at most once a minute while used, not on e
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import TYPE_CHECKING
 
@@ -66,3 +67,12 @@ def csrf_token(token: str) -> str:
 def csrf_matches(token: str, given: str) -> bool:
     """Whether a form's CSRF token is this session's (compared in constant time)."""
     return bool(given) and sessions.csrf_matches(token, given)
+
+
+def binding(token: str) -> str | None:
+    """What an OAuth authorization started in this session is bound to (its callback must
+    come back in the same session): a hash of the token unlike the one stored for the
+    session itself. None without a session."""
+    if not token:
+        return None
+    return hashlib.sha256(b"toolspoke oauth state binding\x00" + token.encode()).hexdigest()

@@ -17,7 +17,7 @@ from sanic.response import HTTPResponse
 
 from appliance.errors import ApplianceError, Forbidden, Unauthorized
 from appliance.gateway import ledgering
-from appliance.gateway.admin import catalogue, grants, ledger, people, sessions
+from appliance.gateway.admin import catalogue, connections, grants, ledger, people, sessions
 from appliance.gateway.admin import credentials as toolkit_credentials
 from appliance.models import Principal
 from appliance.web.console import guard
@@ -248,6 +248,7 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         agents = await people.list_agents(rt, viewer)
         credential = await toolkit_credentials.show(rt, viewer, slug, project)
         schemes = await toolkit_credentials.schemes(rt, viewer, slug, project)
+        people_connected = await connections.toolkit_connections(rt, viewer, slug, project)
     except ApplianceError as exc:
         return failure(request, exc)
     context = _context(
@@ -266,6 +267,7 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         health_history=found["health_history"],
         credential=credential,
         schemes=schemes,
+        connections=people_connected,
         outcomes=ledgering.OUTCOMES,
         notice=_notice(request),
         base=request.path,

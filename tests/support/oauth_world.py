@@ -1,0 +1,320 @@
+"""An OAuth 2.1 authorization server and an MCP server that validates its tokens, on loopback.
+
+One ``ThreadingHTTPServer`` in a thread of the test's process serves both, at one origin:
+
+- RFC 9728 protected-resource metadata for ``/mcp``, RFC 8414 authorization-server metadata
+  (PKCE S256 only, ``none`` client authentication, registration, revocation);
+- ``/register`` (RFC 7591), ``/authorize`` (the person is the ``who`` cookie, else
+  ``OAuthWorld.login``; approves at once and redirects, after checking the client, the exact
+  redirect URI, S256 and ``resource``), ``/token`` (authorization code with the PKCE
+  verifier, refresh tokens rotated at each use), ``/revoke`` (RFC 7009);
+- ``/mcp``: a small streamable-HTTP MCP server (2025-11-25 handshake, one tool ``whoami``
+  answering the name behind the token) that refuses any request without a live access
+  token: 401 with ``WWW-Authenticate: Bearer resource_metadata=...``.
+
+Everything is recorded for assertions: every ``/mcp`` request with the user its token
+belongs to (``mcp_requests``), the token grants made (``grants``), revocations.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+MCP_VERSION = "2025-11-25"
+
+
+@dataclass
+class Token:
+    user: str
+    kind: str  # access or refresh
+    expires_at: float
+    client_id: str
+    revoked: bool = False
+
+
+@dataclass
+class OAuthWorld:
+    base_url: str = ""
+    login: str = "alice"
+    lifetime_s: float = 3600.0
+    refuse_refresh: set[str] = field(default_factory=set)  # users whose refresh is refused
+    static: dict[str, str] = field(default_factory=dict)  # fixed access tokens → user (an owner's)
+    clients: dict[str, list[str]] = field(default_factory=dict)  # client_id → redirect URIs
+    codes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, Token] = field(default_factory=dict)
+    mcp_requests: list[tuple[str, str | None]] = field(default_factory=list)  # (method, user)
+    grants: list[tuple[str, str]] = field(default_factory=list)  # (grant_type, user)
+    revoked: list[str] = field(default_factory=list)  # users whose token was revoked
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counter: Iterator[int] = field(default_factory=itertools.count)
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def calls_by(self) -> list[str | None]:
+        """The user behind each tools/call that reached the MCP server, in order."""
+        return [user for method, user in self.mcp_requests if method == "tools/call"]
+
+    def expire(self, user: str) -> None:
+        """Every access token of ``user`` expires now (the refresh token lives on)."""
+        with self.lock:
+            for t in self.tokens.values():
+                if t.user == user and t.kind == "access":
+                    t.expires_at = 0
+
+    def _issue(self, user: str, client_id: str) -> dict[str, Any]:
+        n = next(self.counter)
+        access = f"at-{user}-{n}-{secrets.token_urlsafe(12)}"
+        refresh = f"rt-{user}-{n}-{secrets.token_urlsafe(12)}"
+        now = time.time()
+        self.tokens[access] = Token(user, "access", now + self.lifetime_s, client_id)
+        self.tokens[refresh] = Token(user, "refresh", now + 86400, client_id)
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": int(self.lifetime_s),
+            "refresh_token": refresh,
+            "scope": "tools offline_access",
+        }
+
+    def user_of(self, authorization: str | None) -> str | None:
+        if not authorization or not authorization.startswith("Bearer "):
+            return None
+        value = authorization[7:]
+        if value in self.static:
+            return self.static[value]
+        with self.lock:
+            token = self.tokens.get(value)
+            if token is None or token.kind != "access" or token.revoked or token.expires_at <= time.time():
+                return None
+            return token.user
+
+    def metadata(self) -> dict[str, Any]:
+        b = self.base_url
+        return {
+            "issuer": b,
+            "authorization_endpoint": f"{b}/authorize",
+            "token_endpoint": f"{b}/token",
+            "registration_endpoint": f"{b}/register",
+            "revocation_endpoint": f"{b}/revoke",
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "scopes_supported": ["tools", "offline_access"],
+        }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    @property
+    def world(self) -> OAuthWorld:
+        return self.server.world
+
+    def _send(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def _form(self) -> dict[str, str]:
+        return {k: v[0] for k, v in parse_qs(self._body().decode()).items()}
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        w = self.world
+        if parts.path.startswith("/.well-known/oauth-protected-resource"):
+            self._send(
+                200,
+                {"resource": w.mcp_url, "authorization_servers": [w.base_url], "scopes_supported": ["tools"]},
+            )
+        elif parts.path == "/.well-known/oauth-authorization-server":
+            self._send(200, w.metadata())
+        elif parts.path == "/authorize":
+            self._authorize({k: v[0] for k, v in parse_qs(parts.query).items()})
+        else:
+            self._send(404, {"error": "not_found"})
+
+    def _authorize(self, q: dict[str, str]) -> None:
+        w = self.world
+        uris = w.clients.get(q.get("client_id", ""))
+        if uris is None or q.get("redirect_uri") not in uris:
+            self._send(400, {"error": "invalid_client"})
+            return
+        if (
+            q.get("code_challenge_method") != "S256"
+            or not q.get("code_challenge")
+            or q.get("resource") != w.mcp_url
+        ):
+            self._send(400, {"error": "invalid_request"})
+            return
+        cookie = self.headers.get("Cookie") or ""
+        who = next((c.split("=", 1)[1] for c in cookie.split("; ") if c.startswith("who=")), w.login)
+        code = secrets.token_urlsafe(16)
+        with w.lock:
+            w.codes[code] = {**q, "user": who}
+        target = (
+            q["redirect_uri"]
+            + "?"
+            + urlencode({"code": code, "state": q.get("state", ""), "iss": w.base_url})
+        )
+        self._send(302, None, {"Location": target})
+
+    def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/mcp":
+            self._mcp()
+        elif path == "/register":
+            doc = json.loads(self._body() or b"{}")
+            client_id = f"client-{secrets.token_hex(6)}"
+            self.world.clients[client_id] = list(doc.get("redirect_uris") or [])
+            self._send(201, {"client_id": client_id, "token_endpoint_auth_method": "none", **doc})
+        elif path == "/token":
+            self._token(self._form())
+        elif path == "/revoke":
+            form = self._form()
+            with self.world.lock:
+                token = self.world.tokens.get(form.get("token", ""))
+                if token is not None:
+                    token.revoked = True
+                    self.world.revoked.append(token.user)
+                    if token.kind == "refresh":  # RFC 7009 §2.1: its access tokens go too
+                        for t in self.world.tokens.values():
+                            if t.user == token.user and t.client_id == token.client_id:
+                                t.revoked = True
+            self._send(200)
+        else:
+            self._send(404, {"error": "not_found"})
+
+    def _token(self, form: dict[str, str]) -> None:
+        w = self.world
+        with w.lock:
+            if form.get("grant_type") == "authorization_code":
+                held = w.codes.pop(form.get("code", ""), None)
+                verifier = form.get("code_verifier", "")
+                challenge = (
+                    base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+                )
+                if (
+                    held is None
+                    or held["code_challenge"] != challenge
+                    or held["redirect_uri"] != form.get("redirect_uri")
+                    or held["client_id"] != form.get("client_id")
+                    or form.get("resource") != w.mcp_url
+                ):
+                    self._send(400, {"error": "invalid_grant"})
+                    return
+                w.grants.append(("authorization_code", held["user"]))
+                self._send(200, w._issue(held["user"], held["client_id"]))
+                return
+            if form.get("grant_type") == "refresh_token":
+                token = w.tokens.get(form.get("refresh_token", ""))
+                if (
+                    token is None
+                    or token.kind != "refresh"
+                    or token.revoked
+                    or token.user in w.refuse_refresh
+                ):
+                    self._send(400, {"error": "invalid_grant"})
+                    return
+                token.revoked = True  # rotated: each refresh token is used once
+                w.grants.append(("refresh_token", token.user))
+                self._send(200, w._issue(token.user, token.client_id))
+                return
+        self._send(400, {"error": "unsupported_grant_type"})
+
+    def _mcp(self) -> None:
+        w = self.world
+        raw = self._body()
+        message = json.loads(raw or b"{}")
+        method = message.get("method", "")
+        user = w.user_of(self.headers.get("Authorization"))
+        with w.lock:
+            w.mcp_requests.append((method, user))
+        if user is None:
+            meta = f"{w.base_url}/.well-known/oauth-protected-resource/mcp"
+            self._send(
+                401, {"error": "invalid_token"}, {"WWW-Authenticate": f'Bearer resource_metadata="{meta}"'}
+            )
+            return
+        if "id" not in message:
+            self._send(202)
+            return
+        rid = message["id"]
+        if method == "initialize":
+            result: Any = {
+                "protocolVersion": MCP_VERSION,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "oauth-world", "version": "1"},
+            }
+        elif method == "tools/list":
+            result = {
+                "tools": [
+                    {
+                        "name": "whoami",
+                        "description": "Say which account the token belongs to.",
+                        "inputSchema": {"type": "object", "properties": {}},
+                        "annotations": {"readOnlyHint": True},
+                    }
+                ]
+            }
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": f"you are {user}"}], "isError": False}
+        elif method == "ping":
+            result = {}
+        else:
+            self._send(
+                200, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no such method"}}
+            )
+            return
+        self._send(200, {"jsonrpc": "2.0", "id": rid, "result": result}, {"Mcp-Session-Id": "s1"})
+
+    def do_DELETE(self) -> None:
+        self._send(200)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    world: OAuthWorld
+
+
+@contextmanager
+def oauth_world(**options: Any) -> Iterator[OAuthWorld]:
+    """The world on 127.0.0.1 (a free port), served until the block ends."""
+    server = _Server(("127.0.0.1", 0), _Handler)
+    world = OAuthWorld(**options)
+    world.base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    server.world = world
+    thread = threading.Thread(target=server.serve_forever, name="oauth-world", daemon=True)
+    thread.start()
+    try:
+        yield world
+    finally:
+        server.shutdown()
+        server.server_close()
