@@ -24,6 +24,7 @@ from tests.support.access_world import api, ok
 from tests.support.accounts import as_key, run
 from tests.support.clients import connect
 from tests.support.inprocess import InProcess, served_in_process
+from tests.web.test_console import signed_in
 
 pytestmark = pytest.mark.inprocess
 
@@ -84,6 +85,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             }
             uid = s.user_id = ok(admin.post("/api/v1/users", json={"name": "pat"}), 201)["id"]
             ok(admin.post(f"/api/v1/users/{uid}/credits", json={"amount": 100}), 201)
+            s.keys["pat"] = ok(admin.post("/api/v1/keys", json={"user_id": uid}), 201)["key"]
             for name in ("bot", "other", "third"):
                 agent = ok(admin.post("/api/v1/agents", json={"name": name, "user_id": uid}), 201)["id"]
                 s.keys[name] = ok(admin.post("/api/v1/keys", json={"agent_id": agent}), 201)["key"]
@@ -193,3 +195,16 @@ def test_the_api_and_the_cli_give_the_same_answer_and_the_same_error(setup: Setu
         both = admin.put("/api/v1/toolkits/demo/policy", json={"labels": [], "action": "deny"})
         assert both.status_code == 422
         ok(admin.put("/api/v1/toolkits/demo/policy", json={"tool": "deleteNote", "labels": None}))
+
+
+def test_the_console_shows_the_labels_the_guard_and_why_it_asked(setup: Setup) -> None:
+    client, _ = signed_in(setup.app, setup.app.key)
+    page = client.get("/console/toolkits/default/demo")
+    assert page.status_code == 200 and 'id="dataflow"' in page.text
+    assert f"<code>{PRIVATE}</code></dt><dd>private</dd>" in page.text
+    assert "within 3600 s" in page.text and "(appliance setting)" in page.text
+    assert "data-flow guard: demo__createNote is labelled outward" in page.text  # the history's detail
+    queue = client.get("/console/approvals").text
+    assert "the data-flow guard" in queue and f"({PRIVATE}, " in queue
+    client, _ = signed_in(setup.app, setup.keys["pat"])  # not pat's toolkit: not pat's to see
+    assert 'id="dataflow"' not in client.get("/console/toolkits/default/demo").text
