@@ -14,6 +14,9 @@
 - **Version**: every change to a rule or a read-only flag bumps one counter, which a later
   approval binds to, so that a change of policy voids what was approved under the old one.
 
+The data-flow guard's labels and per-toolkit settings (``access/dataflow.py``) are read into
+the same ``Rules`` and move the same version.
+
 The pipeline asks ``refusal`` of each call (``gateway/policy.py``); search, list and describe
 leave out the same tools through ``Rules.denied`` and the kinds a read-only caller may run,
 so what they show is what could run.
