@@ -35,7 +35,7 @@ OPEN = ("pending", "approved")
 _COLUMNS = (
     "id, principal, user_id, user_name, agent_id, agent_name, key_prefix, toolkit_id, toolkit, project,"
     " tool, kind, arguments, args_hash, policy_version, rule, approver, fee_milli, idempotency_key, state,"
-    " created_at, expires_at, decided_at, decided_by, used_at"
+    " created_at, expires_at, decided_at, decided_by, used_at, why"
 )
 _SAFE_INT = 2**53  # integral floats beyond this are not exact integers: left as they are
 
@@ -101,6 +101,7 @@ class Approval:
     decided_at: float | None
     decided_by: str
     used_at: float | None
+    why: str = ""  # the data-flow guard's reason when it asked (migration 0025); "" for a rule
 
     def bound_to(self, b: Binding) -> bool:
         return (self.principal, self.tool, self.args_hash, self.policy_version) == (
@@ -137,7 +138,7 @@ def open_for(w: SyncReader, b: Binding) -> Approval | None:
 
 def insert(w: SyncReader, a: Approval) -> None:
     w.one(
-        f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 25)}) RETURNING id",
+        f"INSERT INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 26)}) RETURNING id",
         (
             a.id,
             a.principal,
@@ -164,6 +165,7 @@ def insert(w: SyncReader, a: Approval) -> None:
             a.decided_at,
             a.decided_by,
             a.used_at,
+            a.why,
         ),
     )
 

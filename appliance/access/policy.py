@@ -14,6 +14,9 @@
 - **Version**: every change to a rule or a read-only flag bumps one counter, which a later
   approval binds to, so that a change of policy voids what was approved under the old one.
 
+The data-flow guard's labels and per-toolkit settings (``access/dataflow.py``) are read into
+the same ``Rules`` and move the same version.
+
 The pipeline asks ``refusal`` of each call (``gateway/policy.py``); search, list and describe
 leave out the same tools through ``Rules.denied`` and the kinds a read-only caller may run,
 so what they show is what could run.
@@ -24,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.access import dataflow
 from appliance.db import ReadConn, SyncReader, WriteTx
 from appliance.errors import Forbidden, InvalidParams
 from appliance.models import Principal
@@ -46,6 +50,17 @@ class Rules:
     denied: frozenset[int] = frozenset()  # ids of the tools these rules deny (for search)
     # who may approve, per ``approve`` rule: (toolkit id, tool name or "", kind or "") → approver
     approvers: dict[tuple[int, str, str], str] = field(default_factory=dict)
+    # the data-flow guard (``access/dataflow.py``): (toolkit id, tool name or "") → labels,
+    # and the guard's setting of the toolkits that have their own
+    labels: dict[tuple[int, str], frozenset[str]] = field(default_factory=dict)
+    guards: dict[int, dataflow.Guard] = field(default_factory=dict)
+
+    def labels_of(self, toolkit_id: int, name: str) -> frozenset[str]:
+        """A tool's labels: its own row's, else its toolkit's (callers test ``labels`` first)."""
+        found = self.labels.get((toolkit_id, name))
+        if found is None:
+            found = self.labels.get((toolkit_id, ""), dataflow.NO_LABELS)
+        return found
 
     def rule(self, toolkit_id: int, name: str, kind: str) -> tuple[str, str] | None:
         """The rule that decides this tool, most specific first: (level, action); None: no rule."""
@@ -99,9 +114,10 @@ async def rules(conn: ReadConn) -> Rules:
 
 def _load(r: SyncReader) -> Rules:
     version = int(r.one("SELECT version FROM call_policy_version WHERE id = 1")[0])
+    labels, guards = dataflow.labels_in(r)
     rows = r.all("SELECT toolkit_id, tool_name, kind, action, approver FROM call_policies")
     if not rows:
-        return Rules(version=version)
+        return Rules(version=version, labels=labels, guards=guards)
     toolkits: dict[int, str] = {}
     kinds: dict[tuple[int, str], str] = {}
     tools: dict[tuple[int, str], str] = {}
@@ -128,7 +144,7 @@ def _load(r: SyncReader) -> Rules:
         )
         if (found := decided.rule(int(kit), name, kind)) is not None and found[1] == "deny"
     ]
-    return Rules(version, toolkits, kinds, tools, frozenset(denied), approvers)
+    return Rules(version, toolkits, kinds, tools, frozenset(denied), approvers, labels, guards)
 
 
 # -- changes -------------------------------------------------------------------------------

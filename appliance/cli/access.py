@@ -397,7 +397,7 @@ def toolkits_access(
 @click.argument("slug")
 @JSON_OUT
 @click.option("--project", default="default", show_default=True)
-@click.option("--tool", default=None, help="A rule for this tool (full name or action).")
+@click.option("--tool", default=None, help="A rule (or labels) for this tool (full name or action).")
 @click.option(
     "--kind",
     type=click.Choice(["read", "write", "destructive"]),
@@ -412,10 +412,30 @@ def toolkits_access(
     "--approver",
     type=click.Choice(["owner", "admin", "user"]),
     default=None,
-    help="With --approve: who may approve (owner: the toolkit's owner or an admin, the default).",
+    help="With --approve or --dataflow-action approve: who may approve (owner: the toolkit's owner or an "
+    "admin, the default).",
 )
 @click.option("--deny", "action", flag_value="deny", help="Set the rule to deny.")
 @click.option("--inherit", "action", flag_value="inherit", help="Remove the rule: a broader one decides.")
+@click.option(
+    "--labels",
+    default=None,
+    help="Data-flow labels of the toolkit (or --tool): comma-separated private, untrusted, outward; "
+    "'none' for no labels (a tool without its toolkit's); 'inherit' removes them.",
+)
+@click.option(
+    "--dataflow-window",
+    type=int,
+    default=None,
+    help="The data-flow guard's window in seconds for this toolkit.",
+)
+@click.option(
+    "--dataflow-action",
+    type=click.Choice(["approve", "deny", "inherit"]),
+    default=None,
+    help="What the data-flow guard does to this toolkit's held outward calls ('inherit': the appliance's "
+    "setting).",
+)
 @click.pass_context
 def toolkits_policy(
     ctx: click.Context,
@@ -425,12 +445,47 @@ def toolkits_policy(
     kind: str | None,
     action: str | None,
     approver: str | None,
+    labels: str | None,
+    dataflow_window: int | None,
+    dataflow_action: str | None,
     as_json: bool,
 ) -> None:
-    """Show a toolkit's call policy, or set one rule (the toolkit's, a --kind's or a --tool's).
+    """Show a toolkit's call policy, or set one rule (the toolkit's, a --kind's or a --tool's),
+    data-flow labels (--labels) or the data-flow guard's setting (--dataflow-action, --dataflow-window).
     The most specific rule wins: tool over kind over toolkit; no rule is allow."""
     data_dir, config_file = ctx.obj["data_dir"], ctx.obj["config_file"]
-    if action is None:
+    flow = dataflow_action is not None or dataflow_window is not None
+    if sum((action is not None, labels is not None, flow)) > 1:
+        fail("give one change: a rule (--allow, --approve, --deny, --inherit), --labels, or --dataflow-*", 2)
+    if labels is not None:
+        if kind is not None:
+            fail("labels are for the toolkit or one --tool, not a --kind", 2)
+        named = (
+            None
+            if labels == "inherit"
+            else []
+            if labels == "none"
+            else [x.strip() for x in labels.split(",")]
+        )
+        shown = operate(
+            data_dir,
+            config_file,
+            lambda rt: policy_ops.set_labels(rt, OPERATOR, slug, project, labels=named, tool=tool),
+        )
+    elif flow:
+        if tool is not None or kind is not None:
+            fail("the data-flow guard's setting is the toolkit's, not a --tool's or a --kind's", 2)
+        setting: dict[str, Any] | None = None
+        if dataflow_action != "inherit":
+            setting = {"window_s": dataflow_window, "action": dataflow_action}
+            if approver is not None:
+                setting["approver"] = approver
+        shown = operate(
+            data_dir,
+            config_file,
+            lambda rt: policy_ops.set_guard(rt, OPERATOR, slug, project, setting=setting),
+        )
+    elif action is None:
         if tool is not None or kind is not None:
             fail("give --allow, --deny or --inherit with --tool or --kind", 2)
         shown = operate(
@@ -467,3 +522,12 @@ def toolkits_policy(
     for level in ("kinds", "tools"):
         for what, action_of in rules[level].items():
             click.echo(f"  {what}: {by(action_of, who[level].get(what))}")
+    marks = shown["labels"]
+    click.echo(f"  labels: {', '.join(marks['toolkit']) or 'none'}")
+    for what, found in marks["tools"].items():
+        click.echo(f"  labels of {what}: {', '.join(found) or 'none'}")
+    guard = shown["dataflow"]
+    click.echo(
+        f"  data-flow guard ({guard['source']}'s): within {guard['window_s']} s, "
+        f"{by(guard['action'], guard['approver'] if guard['action'] == 'approve' else None)}"
+    )

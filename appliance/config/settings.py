@@ -117,6 +117,22 @@ class Settings:
         "Seconds a pending or approved call approval stays valid (an `approve` rule of the call "
         "policy): after that, the call must be asked for and approved again. 10 s to 7 days.",
     )
+    dataflow_window_s: float = _setting(
+        "TOOLSPOKE_DATAFLOW_WINDOW_S",
+        3600.0,
+        values.between(1.0, 7 * 86400.0),
+        "The data-flow guard's window in seconds, for toolkits without their own: when one agent's "
+        "calls within it read private data and brought in untrusted content (tools so labelled), a call "
+        "of a tool labelled outward is held (docs/security.md). 1 s to 7 days.",
+    )
+    dataflow_action: str = _setting(
+        "TOOLSPOKE_DATAFLOW_ACTION",
+        "approve",
+        values.choice("approve", "deny"),
+        "What the data-flow guard does to a held outward call, for toolkits without their own setting: "
+        "`approve` (a person's yes for that call, asked like an `approve` rule's; the toolkit's owner or "
+        "an admin approves) or `deny`.",
+    )
     # -- sizes and deadlines; slow clients and connection caps (web/connections.py) ------------
     upstream_timeout_s: float = _setting(
         "TOOLSPOKE_UPSTREAM_TIMEOUT_S",

@@ -159,6 +159,7 @@ def _new(
         decided_at=None,
         decided_by="",
         used_at=None,
+        why=need.why,
     )
 
 
@@ -182,6 +183,8 @@ def required(a: store.Approval) -> ApprovalRequired:
         retry += ", or with the same idempotency key"
     if a.state == "approved":
         head = f"approval {a.id} for this call was given"
+    elif a.why:
+        head = f"{a.tool} needs a person's approval: the {a.why}; approval {a.id} is pending"
     else:
         head = f"{a.tool} needs a person's approval (its toolkit's {a.rule} rule); approval {a.id} is pending"
     message = (
@@ -197,6 +200,7 @@ def required(a: store.Approval) -> ApprovalRequired:
             "tool": a.tool,
             "kind": a.kind,
             "rule": a.rule,
+            "why": a.why or None,
             "retry": {"_meta": {APPROVAL_KEY: a.id}, "runner_argument": "approval"},
         },
         "code": ApprovalRequired.rpc_code,
@@ -234,6 +238,7 @@ def event_row(a: store.Approval, event: str, now: float) -> AuditRow:
         bytes=0,
         fee=0,
         owner_call=False,
+        detail=a.why or None,
     )
 
 

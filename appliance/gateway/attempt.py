@@ -46,3 +46,5 @@ class Attempt:
     bytes: int = 0
     redacted: int = 0  # values replaced by [redacted] in the answer or the error
     consumed: str | None = None  # approval: the approval this call used up
+    labels: frozenset[str] | None = None  # policy: the tool's data-flow labels (None: none)
+    detail: str | None = None  # policy: the data-flow guard's reason, for the audit row

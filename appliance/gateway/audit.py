@@ -170,6 +170,7 @@ def _queue(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         fee=0,
         owner_call=attempt.owner,
         redacted=attempt.redacted,
+        detail=attempt.detail,
     )
     kit = tool.toolkit if tool else ""
     telemetry.child(telemetry.CALLS, kit, tool.kind if tool else "unknown", attempt.outcome).inc()

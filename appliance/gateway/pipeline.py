@@ -1,13 +1,15 @@
 """The tool call as one pipeline: every caller's call takes these stages, in this order.
 
-    rate → resolve → policy → runner check → validate → connection → approval → reserve
-    → credential → dispatch → redact → keep aside → record
+    rate → resolve → policy (and the data-flow guard) → runner check → validate → connection
+    → approval → reserve → credential → dispatch (and the data-flow marks) → redact → keep aside
+    → record
 
 ``run`` lists them. Each stage is a function of the runtime and the call's ``Attempt``
 (``gateway/attempt.py``), which carries everything one stage learns for the next; the
 rules live in the modules that own them: the rate limit, the reservation and the fee's fate
-in ``accounting``, the tool and its upstream in ``calls``, the read-only guard and the deny
-rules in ``policy`` (``access/policy.py``), input checks in ``validation``, a person's yes
+in ``accounting``, the tool and its upstream in ``calls``, the read-only guard, the deny
+rules and the data-flow guard in ``policy`` (``access/policy.py``, ``access/dataflow.py``;
+each agent's recent-call marks in ``dataflow``), input checks in ``validation``, a person's yes
 for a call under an ``approve`` rule in ``approvals``,
 the credential and the redactor in ``credentials``, large results in ``artifacts``, the
 audit row and the charge in ``audit``. A refusal at any stage is recorded and raised; an
@@ -77,7 +79,9 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
         try:
             accounting.limit(rt, attempt.principal)  # rate: before even the name is looked up
             tool = await resolve(rt, attempt)
-            need = await policy.check(rt, attempt.principal, tool)  # may it run: nothing charged or sent
+            need = await policy.check(
+                rt, attempt.principal, tool, attempt
+            )  # may it run: nothing charged or sent
             check_runner(attempt, tool)
             validate_arguments(tool.input_schema, attempt.arguments)
             await connections.require(rt, attempt.principal, tool)  # per_user: nothing leaves without one
@@ -87,6 +91,8 @@ async def run(rt: Runtime, attempt: Attempt) -> CallResult:
             try:
                 await credential(rt, attempt, tool)
                 await dispatch(rt, attempt, tool)
+                if attempt.labels:  # what the answer brought in marks the caller (data-flow guard)
+                    rt.taints.mark(attempt.principal, attempt.labels, tool.name)
             except UpstreamError as exc:
                 accounting.upstream_failed(rt, attempt, exc)  # an isError result
                 if not attempt.sent:

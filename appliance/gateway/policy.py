@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.access import policy, visibility
+from appliance.access import dataflow, policy, visibility
 from appliance.db import SyncReader
 from appliance.errors import CallRefused
+from appliance.gateway.attempt import Attempt
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
 
 _KEY = ("call_policy",)
+_NARROW = ("user", "owner", "admin")  # who may approve, from the most people to the fewest
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class Need:
     rule: str
     approver: str
     version: int
+    why: str = ""  # the data-flow guard's reason, when it asked (``rule`` "dataflow")
 
 
 def read_only(rt: Runtime, principal: Principal) -> bool:
@@ -51,17 +54,69 @@ async def rules(rt: Runtime) -> policy.Rules:
     return found
 
 
-async def check(rt: Runtime, principal: Principal, tool: Tool) -> Need | None:
+async def check(rt: Runtime, principal: Principal, tool: Tool, attempt: Attempt | None = None) -> Need | None:
     """Stage: refuse a tool the policy does not let this caller run (``CallRefused``); None:
-    it runs; a ``Need``: it runs once approved (the approval stage decides)."""
+    it runs; a ``Need``: it runs once approved (the approval stage decides). With the
+    ``attempt``, the tool's data-flow labels are noted on it for the marks after dispatch."""
     current = await rules(rt)
     why = policy.refusal(current, tool.toolkit_id, tool.name, tool.kind, read_only=read_only(rt, principal))
-    if why is None:
-        return None
-    if why[0] == "approval_required":
+    need = None
+    if why is not None:
+        if why[0] != "approval_required":
+            raise refusal(rt, tool, why, current.version)
         level = why[1]
-        return Need(level, current.approver(tool.toolkit_id, tool.name, tool.kind, level), current.version)
-    raise refusal(rt, tool, why, current.version)
+        need = Need(level, current.approver(tool.toolkit_id, tool.name, tool.kind, level), current.version)
+    if current.labels:  # the data-flow guard: no label anywhere costs this one test
+        labels = current.labels_of(tool.toolkit_id, tool.name)
+        if labels:
+            if attempt is not None:
+                attempt.labels = labels
+            if "outward" in labels:
+                return guarded(rt, principal, tool, current, need, attempt)
+    return need
+
+
+def guard_of(rt: Runtime, current: policy.Rules, toolkit_id: int) -> dataflow.Guard:
+    """The guard's setting for this toolkit's outward tools: its own, else the appliance's."""
+    found = current.guards.get(toolkit_id)
+    if found is None:
+        found = dataflow.Guard(int(rt.settings.dataflow_window_s), rt.settings.dataflow_action)
+    return found
+
+
+def guarded(
+    rt: Runtime,
+    principal: Principal,
+    tool: Tool,
+    current: policy.Rules,
+    need: Need | None,
+    attempt: Attempt | None,
+) -> Need | None:
+    """An outward tool: held when this caller's recent calls combined private data and
+    untrusted content within the window (refused, or a ``Need`` carrying the guard's reason)."""
+    guard = guard_of(rt, current, tool.toolkit_id)
+    flow = rt.taints.flow(principal, guard)
+    if flow is None:
+        return need
+    now = rt.taints.now()
+    text = flow.text(tool.name, now)
+    if attempt is not None:
+        attempt.detail = text
+    if guard.action == "deny":
+        raise CallRefused(
+            f"{tool.name} is refused by the {text}. Nothing was run.",
+            reason="dataflow_denied",
+            data={
+                "kind": tool.kind,
+                "rule": "dataflow",
+                "policy_version": current.version,
+                "dataflow": flow.data(now),
+            },
+        )
+    # one approval covers both an ``approve`` rule and the guard: the guard's reason is shown,
+    # and the narrower of the two approvers decides
+    approver = guard.approver if need is None else max(guard.approver, need.approver, key=_NARROW.index)
+    return Need("dataflow", approver, current.version, text)
 
 
 def refusal(rt: Runtime, tool: Tool, why: tuple[str, str], version: int) -> CallRefused:

@@ -26,6 +26,7 @@ from appliance.egress.oauth import TokenCache
 from appliance.egress.transport import Egress
 from appliance.errors import ConfigError, ImportFailed
 from appliance.gateway import demo_api
+from appliance.gateway.dataflow import Taints
 from appliance.gateway.health_machine import HealthBook, thresholds_from
 from appliance.gateway.naming_model import NamingModel
 from appliance.gateway.redaction import VaultNeedles
@@ -121,6 +122,8 @@ class Runtime:
         )
         # which search result a caller then called (gateway/usage.py): written beside the book's rows
         self.usage = UsageLog(settings, self.book)
+        # each agent's recent private and untrusted reads, for the data-flow guard (in memory)
+        self.taints = Taints()
         self.call_limiter = RateLimiter(settings.rate_limit, settings.rate_limit_window_s)
         self.browse_limiter = RateLimiter(settings.browse_rate_limit, settings.rate_limit_window_s)
         # Tool-call attempts between their start and their audit row's acknowledgement

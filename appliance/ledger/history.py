@@ -58,6 +58,7 @@ def _row(row: Any) -> dict[str, Any]:
         "fee": credits(row["fee_milli"]),
         "owner_call": bool(row["owner_call"]),
         "redacted": int(row["redacted"]),  # values replaced by [redacted] in the answer
+        "detail": row["detail"],  # the data-flow guard's labels, tools and window, when it decided
     }
 
 

@@ -58,6 +58,7 @@ class AuditRow:
     fee: int
     owner_call: bool
     redacted: int = 0  # values replaced by [redacted] in what the caller got
+    detail: str | None = None  # a decision's detail beside its reason (the data-flow guard's)
 
     def as_tuple(self) -> tuple[Any, ...]:
         return (
@@ -79,13 +80,14 @@ class AuditRow:
             self.fee,
             int(self.owner_call),
             self.redacted,
+            self.detail,
         )
 
 
 _AUDIT_INSERT = (
     "INSERT INTO audit_log (at, user_id, user_name, agent_id, agent_name, key_prefix, toolkit_id,"
-    " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call, redacted)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call, redacted,"
+    " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
 
 

@@ -93,16 +93,32 @@ async def toolkit_policy(request: Request, slug: str) -> Any:
 @bp.put("/toolkits/<slug:str>/policy")
 @answers()
 async def set_toolkit_policy(request: Request, slug: str) -> Any:
-    """One rule: for the toolkit, a ``kind`` or a ``tool``; ``action`` null removes it."""
+    """One change: a rule (``action``, for the toolkit, a ``kind`` or a ``tool``; null removes
+    it), data-flow ``labels`` (for the toolkit or a ``tool``; null removes them), or the
+    toolkit's data-flow guard setting (``dataflow``; null: the appliance's)."""
     doc = body(request)
-    only(doc, {"project", "tool", "kind", "action", "approver"})
-    if "action" not in doc:
-        raise InvalidParams("'action' is required: 'allow', 'approve', 'deny' or null", field="action")
+    only(doc, {"project", "tool", "kind", "action", "approver", "labels", "dataflow"})
+    rt, actor, project = request.app.ctx.rt, _actor(request), _project(request, doc)
+    given = [name for name in ("action", "labels", "dataflow") if name in doc]
+    if len(given) != 1:
+        raise InvalidParams(
+            "give one of 'action' (a rule: 'allow', 'approve', 'deny' or null), 'labels' (data-flow labels)"
+            " or 'dataflow' (the data-flow guard's setting)",
+            field="action",
+        )
+    if given == ["labels"]:
+        only(doc, {"project", "tool", "labels"})
+        return await call_policy.set_labels(
+            rt, actor, slug, project, labels=doc["labels"], tool=doc.get("tool")
+        )
+    if given == ["dataflow"]:
+        only(doc, {"project", "dataflow"})
+        return await call_policy.set_guard(rt, actor, slug, project, setting=doc["dataflow"])
     return await call_policy.set_toolkit_policy(
-        request.app.ctx.rt,
-        _actor(request),
+        rt,
+        actor,
         slug,
-        _project(request, doc),
+        project,
         action=doc["action"],
         tool=doc.get("tool"),
         kind=doc.get("kind"),

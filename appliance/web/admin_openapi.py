@@ -25,6 +25,7 @@ _NULLABLE_ID = {"type": ["integer", "null"]}
 _TIME = {"type": "string"}
 _NULLABLE_TIME = {"type": ["string", "null"]}
 _ACTION = {"enum": ["allow", "approve", "deny"]}
+_LABELS = {"type": "array", "items": {"enum": ["private", "untrusted", "outward"]}}
 
 
 def _obj(props: dict[str, Any], required: list[str] | None = None, *, closed: bool = False) -> dict[str, Any]:
@@ -161,8 +162,24 @@ SCHEMAS: dict[str, Any] = {
                 ["toolkit", "kinds", "tools"],
             ),
             "version": {"type": "integer", "minimum": 0},
+            "labels": _obj(
+                {
+                    "toolkit": _LABELS,
+                    "tools": {"type": "object", "additionalProperties": _LABELS},
+                },
+                ["toolkit", "tools"],
+            ),
+            "dataflow": _obj(
+                {
+                    "window_s": {"type": "integer", "minimum": 1},
+                    "action": {"enum": ["approve", "deny"]},
+                    "approver": {"enum": ["owner", "admin", "user"]},
+                    "source": {"enum": ["toolkit", "appliance"]},
+                },
+                ["window_s", "action", "approver", "source"],
+            ),
         },
-        ["toolkit", "project", "rules", "approvers", "version"],
+        ["toolkit", "project", "rules", "approvers", "version", "labels", "dataflow"],
     ),
     "Approval": _obj(
         {
@@ -172,7 +189,11 @@ SCHEMAS: dict[str, Any] = {
             "kind": {"enum": ["read", "write", "destructive"]},
             "toolkit": {"type": "string"},
             "project": {"type": "string"},
-            "rule": {"enum": ["toolkit", "kind", "tool"]},
+            "rule": {"enum": ["toolkit", "kind", "tool", "dataflow"]},
+            "why": {
+                "type": ["string", "null"],
+                "description": "The data-flow guard's reason (labels, the two earlier tools, the window).",
+            },
             "approver": {"enum": ["owner", "admin", "user"]},
             "arguments": {"type": "string", "description": "The call's arguments as canonical JSON."},
             "fee": {"type": "number", "description": "What the call costs the caller, in credits."},
@@ -423,12 +444,14 @@ PATHS: dict[str, dict[str, Any]] = {
     "/api/v1/toolkits/{slug}/policy": {
         "parameters": [_SLUG_P],
         "get": _op(
-            "A toolkit's call policy: allow and deny rules, and the policy version",
+            "A toolkit's call policy: its rules, data-flow labels and guard, and the policy version",
             _ref("ToolkitPolicy"),
             params=[_PROJECT_Q],
         ),
         "put": _op(
-            "Set one rule (the toolkit's, a kind's or a tool's) or remove it (action null)",
+            "One change: a rule (action: the toolkit's, a kind's or a tool's; null removes it), data-flow"
+            " labels (labels: the toolkit's or a tool's; null removes them) or the toolkit's data-flow guard"
+            " (dataflow: window_s, action, approver; null: the appliance's setting)",
             _ref("ToolkitPolicy"),
             body=_obj(
                 {
@@ -437,8 +460,22 @@ PATHS: dict[str, dict[str, Any]] = {
                     "kind": {"enum": ["read", "write", "destructive"]},
                     "action": {"enum": ["allow", "approve", "deny", None]},
                     "approver": {"enum": ["owner", "admin", "user"]},
+                    "labels": {"oneOf": [_LABELS, {"type": "null"}]},
+                    "dataflow": {
+                        "oneOf": [
+                            _obj(
+                                {
+                                    "window_s": {"type": "integer", "minimum": 1, "maximum": 604800},
+                                    "action": {"enum": ["approve", "deny"]},
+                                    "approver": {"enum": ["owner", "admin", "user"]},
+                                },
+                                ["window_s", "action"],
+                                closed=True,
+                            ),
+                            {"type": "null"},
+                        ]
+                    },
                 },
-                ["action"],
                 closed=True,
             ),
         ),

@@ -54,6 +54,7 @@ def shown(a: store.Approval, *, decidable: bool) -> dict[str, Any]:
         "toolkit": a.toolkit,
         "project": a.project,
         "rule": a.rule,
+        "why": a.why or None,  # the data-flow guard's reason, when it asked
         "approver": a.approver,
         "arguments": a.arguments,
         "fee": credits(a.fee_milli),

@@ -15,10 +15,11 @@ from typing import Any
 from sanic import Blueprint, Request, response
 from sanic.response import HTTPResponse
 
-from appliance.errors import ApplianceError, Forbidden, Unauthorized
+from appliance.errors import ApplianceError, Forbidden, NotFound, Unauthorized
 from appliance.gateway import ledgering
 from appliance.gateway.admin import catalogue, connections, grants, ledger, people, sessions
 from appliance.gateway.admin import credentials as toolkit_credentials
+from appliance.gateway.admin import policy as call_policy
 from appliance.models import Principal
 from appliance.web.console import guard
 from appliance.web.console.rendering import error_context, render, secure, static
@@ -249,6 +250,7 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         credential = await toolkit_credentials.show(rt, viewer, slug, project)
         schemes = await toolkit_credentials.schemes(rt, viewer, slug, project)
         people_connected = await connections.toolkit_connections(rt, viewer, slug, project)
+        dataflow = await _dataflow(rt, viewer, slug, project)
     except ApplianceError as exc:
         return failure(request, exc)
     context = _context(
@@ -268,11 +270,21 @@ async def toolkit(request: Request, project: str, slug: str) -> HTTPResponse:
         credential=credential,
         schemes=schemes,
         connections=people_connected,
+        dataflow=dataflow,
         outcomes=ledgering.OUTCOMES,
         notice=_notice(request),
         base=request.path,
     )
     return render("toolkit.html", context)
+
+
+async def _dataflow(rt: Any, viewer: Principal, slug: str, project: str) -> dict[str, Any] | None:
+    """The data-flow labels and guard, for those who may set them (None: not the viewer's)."""
+    try:
+        shown = await call_policy.toolkit_policy(rt, viewer, slug, project)
+    except NotFound:
+        return None
+    return {"labels": shown["labels"], "guard": shown["dataflow"], "version": shown["version"]}
 
 
 def _field(request: Request, name: str) -> str:
