@@ -158,6 +158,19 @@ def test_a_call_without_a_connection_is_refused_before_anything_leaves(
     assert search(app, keys["bob"]["agent"])[0]["connected"] is False
 
 
+def test_a_person_with_no_connection_sees_it_listed_to_connect(app: InProcess, keys: Any) -> None:
+    from tests.support.console_pages import signed_in
+
+    with api_as(app, keys["bob"]["person"]) as api:
+        (row,) = ok(api.get("/connections"))["connections"]
+    assert row["status"] == "not_connected" and row["scopes"] == [] and row["scheme"] is None
+    assert row["expires_at"] is None and "oauth" in row["schemes"]
+    console, _ = signed_in(app, keys["bob"]["person"], landing="/console/connections")
+    page = console.get("/console/connections")
+    assert page.status_code == 200, page.text
+    assert "not connected" in page.text and ">Connect</button>" in page.text
+
+
 def test_each_user_connects_and_their_calls_carry_their_own_token_only(
     app: InProcess, keys: Any, world: OAuthWorld
 ) -> None:
