@@ -8,8 +8,8 @@ carried. The toolkit is imported with the owner's fixed token, published, and sw
 opened by a plain HTTP client standing in for the browser, the redirect followed to the
 appliance's own ``/oauth/callback``). The tests run in order on one appliance.
 
-No real-process test covers this path yet: an end to end on ``toolspoke serve`` with the
-console driven in Chromium (tests/e2e/test_console_flow.py's way) is still to be written.
+The same path on a real ``toolspoke serve``, with the console driven in Chromium, is
+tests/e2e/test_connections_flow.py.
 """
 
 from __future__ import annotations
@@ -395,3 +395,34 @@ def test_the_console_connects_in_the_persons_own_session_only(
     kit_page = admin_console.get("/console/toolkits/default/acme")
     assert "Each person connects their own account" in kit_page.text and "bob" in kit_page.text
     assert not any(t in kit_page.text for t in world.tokens)
+
+
+def test_a_per_user_toolkit_without_a_shared_credential_probes_healthy_on_the_servers_401(
+    app: InProcess, world: OAuthWorld
+) -> None:
+    """A probe never borrows a person's token: the upstream's 401 (or 403) to a probe of a
+    ``per_user`` toolkit says it is there and wants each person's own; a ``shared`` toolkit
+    refused the same way is failing."""
+    report = import_mcp(
+        app,  # type: ignore[arg-type]
+        world.mcp_url,
+        "--slug",
+        "beta",
+        "--bearer-env",
+        "OWNER_TOKEN",
+        env={"OWNER_TOKEN": OWNER_TOKEN},
+    )
+    assert report["tool_count"] == 1
+    with admin(app) as api:
+        ok(api.put("/toolkits/beta/connection-mode", json={"mode": "per_user"}))
+        assert ok(api.delete("/toolkits/beta/credentials"))["cleared"] is True
+        sent = len(world.mcp_requests)
+        for _ in range(3):  # past TOOLSPOKE_HEALTH_DEGRADED_AFTER (2) failures, were they any
+            row = ok(api.post("/toolkits/beta/probe"))
+        assert row["probed"] is True and row["health"] == "active", row
+        probes = world.mcp_requests[sent:]
+        assert probes and all(user is None for _, user in probes)  # each refused: no token was sent
+        ok(api.put("/toolkits/beta/connection-mode", json={"mode": "shared"}))
+        for _ in range(2):
+            row = ok(api.post("/toolkits/beta/probe"))
+        assert row["health"] == "degraded" and "HTTP 401" in row["reason"], row
