@@ -12,7 +12,9 @@ One ``ThreadingHTTPServer`` in a thread of the test's process serves both, at on
   verifier, refresh tokens rotated at each use), ``/revoke`` (RFC 7009);
 - ``/mcp``: a small streamable-HTTP MCP server (2025-11-25 handshake, one tool ``whoami``
   answering the name behind the token) that refuses any request without a live access
-  token: 401 with ``WWW-Authenticate: Bearer resource_metadata=...``.
+  token: 401 with ``WWW-Authenticate: Bearer resource_metadata=...``;
+- ``/api/whoami``: the same check in front of a plain REST operation (``openapi_spec``), for
+  OpenAPI toolkits.
 
 Everything is recorded for assertions: every ``/mcp`` request with the user its token
 belongs to (``mcp_requests``), the token grants made (``grants``), revocations.
@@ -61,6 +63,7 @@ class OAuthWorld:
     mcp_requests: list[tuple[str, str | None]] = field(default_factory=list)  # (method, user)
     grants: list[tuple[str, str]] = field(default_factory=list)  # (grant_type, user)
     revoked: list[str] = field(default_factory=list)  # users whose token was revoked
+    api_requests: list[str | None] = field(default_factory=list)  # the user behind each /api call
     lock: threading.Lock = field(default_factory=threading.Lock)
     counter: Iterator[int] = field(default_factory=itertools.count)
 
@@ -162,6 +165,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, w.metadata())
         elif parts.path == "/authorize":
             self._authorize({k: v[0] for k, v in parse_qs(parts.query).items()})
+        elif parts.path == "/api/whoami":
+            user = w.user_of(self.headers.get("Authorization"))
+            with w.lock:
+                w.api_requests.append(user)
+            if user is None:
+                self._send(
+                    401, {"error": "invalid_token"}, {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+                )
+            else:
+                self._send(200, {"user": user})
         else:
             self._send(404, {"error": "not_found"})
 
@@ -334,6 +347,39 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     world: OAuthWorld
+
+
+def openapi_spec(world: OAuthWorld) -> dict[str, Any]:
+    """An OpenAPI document of ``/api/whoami`` behind the world's OAuth (authorization code)."""
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "oauth-world rest", "version": "1"},
+        "servers": [{"url": f"{world.base_url}/api"}],
+        "components": {
+            "securitySchemes": {
+                "world": {
+                    "type": "oauth2",
+                    "flows": {
+                        "authorizationCode": {
+                            "authorizationUrl": f"{world.base_url}/authorize",
+                            "tokenUrl": f"{world.base_url}/token",
+                            "scopes": {"tools": "use the tools"},
+                        }
+                    },
+                }
+            }
+        },
+        "security": [{"world": ["tools"]}],
+        "paths": {
+            "/whoami": {
+                "get": {
+                    "operationId": "whoami",
+                    "summary": "Say which account the token belongs to.",
+                    "responses": {"200": {"description": "the account"}},
+                }
+            }
+        },
+    }
 
 
 @contextmanager

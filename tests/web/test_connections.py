@@ -426,3 +426,78 @@ def test_a_per_user_toolkit_without_a_shared_credential_probes_healthy_on_the_se
         for _ in range(2):
             row = ok(api.post("/toolkits/beta/probe"))
         assert row["health"] == "degraded" and "HTTP 401" in row["reason"], row
+
+
+def test_a_per_user_oauth_token_on_an_openapi_toolkit_is_refreshed_once_on_a_401(
+    app: InProcess, keys: Any, world: OAuthWorld
+) -> None:
+    """No connect flow reaches OpenAPI toolkits yet (issue 19 item 4), so alice's tokens are
+    sealed here as that flow would seal them; the call path is the product's."""
+    from appliance.vault import connections as vault_conns
+    from tests.support.oauth_world import openapi_spec
+
+    with admin(app) as api:
+        ok(api.post("/toolkits/openapi", json={"slug": "rest", "spec": openapi_spec(world)}), 201)
+        ok(api.patch("/toolkits/rest/access", json={"visibility": "published"}))
+        ok(api.put("/toolkits/rest/connection-mode", json={"mode": "per_user"}))
+        (agent_id,) = query(app.data_dir, "SELECT id FROM agents WHERE name = 'alice-agent-0'")[0]
+        ok(api.post("/grants", json={"agent_id": agent_id, "toolkit": "rest"}), 201)
+    world.clients["client-rest"] = []
+    issued = world._issue("alice", "client-rest")
+    settings = {
+        "issuer": world.base_url,
+        "token_endpoint": f"{world.base_url}/token",
+        "revocation_endpoint": f"{world.base_url}/revoke",
+        "client_id": "client-rest",
+        "auth_method": "none",
+        "client_how": "dcr",
+        "resource": f"{world.base_url}/api",
+    }
+    kit = int(query(app.data_dir, "SELECT id FROM toolkits WHERE slug = 'rest'")[0][0])
+
+    async def seal() -> None:
+        async with app.rt.db.write() as tx:
+            await vault_conns.put(
+                tx,
+                app.rt.vault,
+                kit,
+                user_id(app.data_dir, "alice"),
+                "oauth",
+                settings,
+                {"access_token": issued["access_token"], "refresh_token": issued["refresh_token"]},
+                scopes=("tools",),
+                expires_at=time.time() + 3600,
+            )
+
+    app.run(seal())
+    rest = "rest__whoami"
+    world.api_requests.clear()
+    assert '"alice"' in text_of(call(app, keys["alice"]["agent"], rest))
+    assert world.api_requests == ["alice"]
+    world.expire("alice")  # the server refuses it now; the appliance thinks it good
+    world.grants.clear()
+    world.api_requests.clear()
+    answer = call(app, keys["alice"]["agent"], rest)
+    assert answer["result"]["isError"] is False and '"alice"' in text_of(answer)
+    assert world.grants == [("refresh_token", "alice")]
+    assert world.api_requests == [None, "alice"]  # refused once, refreshed, sent again
+    # A refresh the server refuses: the 401 stands (sent once, not again) and alice's
+    # connection needs reconnecting (the toolkit's health is not touched).
+    world.refuse_refresh.add("alice")
+    world.expire("alice")
+    world.api_requests.clear()
+    try:
+        failed = call(app, keys["alice"]["agent"], rest)
+    finally:
+        world.refuse_refresh.clear()
+    assert failed["result"]["isError"] is True
+    assert world.api_requests == [None]
+    again = call(app, keys["alice"]["agent"], rest)["error"]
+    assert again["data"]["reason"] == "connection_required" and again["data"]["toolkit"] == "rest"
+    rows = query(
+        app.data_dir,
+        "SELECT status FROM user_connections WHERE toolkit_id = ? AND user_id = ?",
+        (kit, user_id(app.data_dir, "alice")),
+    )
+    assert rows == [("needs_reconnect",)]
+    assert query(app.data_dir, "SELECT health FROM toolkits WHERE slug = 'rest'") == [("active",)]
