@@ -106,6 +106,10 @@ class Authorizer:
             return Placement(headers={"Authorization": f"Bearer {token.reveal()}"})
         return Placement(headers=auth.static_headers())
 
+    async def after_401(self, egress: Egress, www_authenticate: str | None) -> Placement | None:
+        """The placement to send the request again with after a 401 (None: do not)."""
+        return await self.placement(egress, after_401=True)
+
     def access_tokens(self) -> list[str]:
         """The OAuth access tokens this call used or the cache holds (not vault secrets, so
         the gateway adds them to the vault's needles for this call's answer)."""

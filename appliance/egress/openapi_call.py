@@ -122,7 +122,9 @@ async def call_operation(
     placement = await authorizer.placement(egress) if authorizer is not None else Placement()
     response = await send(placement)
     if response.status == 401 and authorizer is not None and authorizer.refreshable:
-        response = await send(await authorizer.placement(egress, after_401=True))
+        again = await authorizer.after_401(egress, response.headers.get("www-authenticate"))
+        if again is not None:
+            response = await send(again)
     return to_call_result(response)
 
 

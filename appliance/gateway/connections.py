@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from appliance.catalogue import store
 from appliance.db import ReadConn
-from appliance.egress.auth import Authorizer, UpstreamAuth
+from appliance.egress.auth import Authorizer, Placement, UpstreamAuth
 from appliance.errors import ConnectionRequired, InvalidParams, InvalidRequest, UpstreamError
 from appliance.gateway import credentials
 from appliance.gateway.credentials import PreparedCall
@@ -136,11 +136,41 @@ async def prepare(rt: Runtime, tool: Tool, principal: Principal) -> PreparedCall
             prepared.http_auth = user_oauth
         else:
             prepared.auth = UpstreamAuth("bearer", value=user_oauth.tokens.access)
+            prepared.authorizer = UserAuthorizer(user_oauth, rt, prepared.pool_key)
+            return prepared
     else:
         prepared.auth = credentials.to_auth(stored.scheme, stored.settings, fields)
     if prepared.auth is not None and tool.source_kind == "openapi":
         prepared.authorizer = Authorizer(prepared.auth, rt.tokens, prepared.pool_key)
     return prepared
+
+
+class UserAuthorizer(Authorizer):
+    """An OpenAPI call's placement of one user's OAuth access token: on a 401 the token is
+    refreshed once and the request sent again, as the MCP client does (``UserOAuth.challenged``);
+    a refresh that fails marks that user's connection and the 401 stands."""
+
+    def __init__(self, user_oauth: UserOAuth, rt: Runtime, key: str) -> None:
+        super().__init__(UpstreamAuth("bearer", value=user_oauth.tokens.access), rt.tokens, key)
+        self.user_oauth = user_oauth
+
+    @property
+    def refreshable(self) -> bool:
+        return True
+
+    async def placement(self, egress: Any, *, after_401: bool = False) -> Placement:
+        token = self.user_oauth.tokens.access
+        self._used.append(token)
+        return Placement(headers={"Authorization": f"Bearer {token.reveal()}"})
+
+    async def after_401(self, egress: Any, www_authenticate: str | None) -> Placement | None:
+        sent = {"Authorization": f"Bearer {self._used[-1].reveal()}"} if self._used else {}
+        if not await self.user_oauth.challenged(401, www_authenticate, sent):
+            return None
+        return await self.placement(egress)
+
+    def access_tokens(self) -> list[str]:
+        return sorted({t.reveal() for t in self._used})
 
 
 async def _opened(

@@ -4,7 +4,10 @@ What a probe may do is fixed by RELIABILITY D-10 / UP-11: never a tool call, nev
 never counted against rate limits, always through the egress guard, always with a deadline.
 
 - MCP over HTTP/SSE: ``ping`` (2025 era) or ``server/discover`` (2026-07-28) on the pooled
-  session, opening it (``initialize``/``server/discover``) when there is none.
+  session, opening it (``initialize``/``server/discover``) when there is none. A ``per_user``
+  toolkit (``gateway/connections.py``) is probed with its shared credential if it has one,
+  never with a person's: a 401 or 403 answer is an answer (reachable; each person's own
+  connection is what its calls carry), not a failure.
 - MCP over stdio: the supervisor's view of the child first. A stopped child is not
   started (that would keep every idle server alive forever); a running one gets a
   ``ping`` on its pooled session that does not count as traffic for its idle timer, so a
@@ -49,7 +52,9 @@ def _failure(exc: UpstreamError) -> tuple[Outcome, str]:
     return Outcome.FAIL, exc.public_message
 
 
-async def _probe_mcp_remote(rt: Runtime, key: str, connection: dict[str, Any]) -> Verdict:
+async def _probe_mcp_remote(
+    rt: Runtime, key: str, connection: dict[str, Any], *, per_user: bool = False
+) -> Verdict:
     timeout = rt.settings.health_timeout_s
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -62,6 +67,16 @@ async def _probe_mcp_remote(rt: Runtime, key: str, connection: dict[str, Any]) -
     except UpstreamError as exc:
         if exc.reason in _DROP_SESSION:
             await rt.mcp.discard(key)  # the next probe or call opens a fresh one
+        status = exc.data.get("status")
+        if per_user and exc.reason == "upstream_unavailable" and status in (401, 403):
+            # A per_user toolkit's calls carry each person's own credential, which a probe
+            # never borrows: a server that asks for one answered, so it is reachable.
+            elapsed = loop.time() - started
+            verdict = rt.health.limits.classify(elapsed)
+            return (
+                verdict,
+                f"answered in {elapsed:.2f} s (HTTP {status}: each person connects their own account)",
+            )
         if exc.reason != "upstream_error":
             return _failure(exc)
         # A JSON-RPC error (say, a server without ping) is still an answer: it is alive.
@@ -129,13 +144,14 @@ async def _verdict(rt: Runtime, kit: Toolkit) -> Verdict:
             return None
         # The same connection calls use (credential included), so the pooled session is shared.
         try:
-            connection = await credentials.connection_with_auth(rt, kit.id, connection)
+            prepared = await credentials.prepare_kit(rt, kit.id)
         except UpstreamError as exc:  # an undecryptable credential: broken until set again
             return Outcome.FATAL, exc.public_message
+        connection = prepared.connection(connection)
         key = pool_key(kit.project, kit.slug)
         if connection.get("transport") == "stdio":
             return await _probe_stdio(rt, kit.id, key, connection)
-        return await _probe_mcp_remote(rt, key, connection)
+        return await _probe_mcp_remote(rt, key, connection, per_user=prepared.mode == "per_user")
     if kit.source_kind == "openapi" and kit.base_url:
         loop = asyncio.get_running_loop()
         started = loop.time()

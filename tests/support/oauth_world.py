@@ -6,11 +6,15 @@ One ``ThreadingHTTPServer`` in a thread of the test's process serves both, at on
   (PKCE S256 only, ``none`` client authentication, registration, revocation);
 - ``/register`` (RFC 7591), ``/authorize`` (the person is the ``who`` cookie, else
   ``OAuthWorld.login``; approves at once and redirects, after checking the client, the exact
-  redirect URI, S256 and ``resource``), ``/token`` (authorization code with the PKCE
+  redirect URI, S256 and ``resource``; with ``consent`` and no ``who`` cookie it first shows
+  a page where a browser names the account and presses Allow, a form posted back to
+  ``/authorize``), ``/token`` (authorization code with the PKCE
   verifier, refresh tokens rotated at each use), ``/revoke`` (RFC 7009);
 - ``/mcp``: a small streamable-HTTP MCP server (2025-11-25 handshake, one tool ``whoami``
   answering the name behind the token) that refuses any request without a live access
-  token: 401 with ``WWW-Authenticate: Bearer resource_metadata=...``.
+  token: 401 with ``WWW-Authenticate: Bearer resource_metadata=...``;
+- ``/api/whoami``: the same check in front of a plain REST operation (``openapi_spec``), for
+  OpenAPI toolkits.
 
 Everything is recorded for assertions: every ``/mcp`` request with the user its token
 belongs to (``mcp_requests``), the token grants made (``grants``), revocations.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import itertools
 import json
 import secrets
@@ -49,6 +54,7 @@ class OAuthWorld:
     base_url: str = ""
     login: str = "alice"
     lifetime_s: float = 3600.0
+    consent: bool = False  # a browser without a ``who`` cookie sees a consent page first
     refuse_refresh: set[str] = field(default_factory=set)  # users whose refresh is refused
     static: dict[str, str] = field(default_factory=dict)  # fixed access tokens → user (an owner's)
     clients: dict[str, list[str]] = field(default_factory=dict)  # client_id → redirect URIs
@@ -57,6 +63,7 @@ class OAuthWorld:
     mcp_requests: list[tuple[str, str | None]] = field(default_factory=list)  # (method, user)
     grants: list[tuple[str, str]] = field(default_factory=list)  # (grant_type, user)
     revoked: list[str] = field(default_factory=list)  # users whose token was revoked
+    api_requests: list[str | None] = field(default_factory=list)  # the user behind each /api call
     lock: threading.Lock = field(default_factory=threading.Lock)
     counter: Iterator[int] = field(default_factory=itertools.count)
 
@@ -158,6 +165,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, w.metadata())
         elif parts.path == "/authorize":
             self._authorize({k: v[0] for k, v in parse_qs(parts.query).items()})
+        elif parts.path == "/api/whoami":
+            user = w.user_of(self.headers.get("Authorization"))
+            with w.lock:
+                w.api_requests.append(user)
+            if user is None:
+                self._send(
+                    401, {"error": "invalid_token"}, {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+                )
+            else:
+                self._send(200, {"user": user})
         else:
             self._send(404, {"error": "not_found"})
 
@@ -175,7 +192,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, {"error": "invalid_request"})
             return
         cookie = self.headers.get("Cookie") or ""
-        who = next((c.split("=", 1)[1] for c in cookie.split("; ") if c.startswith("who=")), w.login)
+        who = next((c.split("=", 1)[1] for c in cookie.split("; ") if c.startswith("who=")), None)
+        if who is None and w.consent and self.command == "GET":
+            self._consent(q)
+            return
+        who = who or q.get("login") or w.login
         code = secrets.token_urlsafe(16)
         with w.lock:
             w.codes[code] = {**q, "user": who}
@@ -186,9 +207,33 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._send(302, None, {"Location": target})
 
+    def _consent(self, q: dict[str, str]) -> None:
+        """The page a person sees: which client asks, an account to sign in as, Allow."""
+        hidden = "".join(
+            f'<input type="hidden" name="{html.escape(k)}" value="{html.escape(v)}">'
+            for k, v in q.items()
+            if k != "login"
+        )
+        page = (
+            "<!doctype html><html><head><meta charset=utf-8><title>Authorize</title>"
+            '<link rel="icon" href="data:,"></head><body>'
+            f"<h1>Authorize {html.escape(q.get('client_id', ''))}</h1>"
+            f"<p>It asks for {html.escape(q.get('scope', ''))} on {html.escape(q.get('resource', ''))}.</p>"
+            f'<form method="post" action="/authorize">{hidden}'
+            '<label for="login">Sign in as</label><input id="login" name="login" required>'
+            '<button type="submit">Allow</button></form></body></html>'
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
-        if path == "/mcp":
+        if path == "/authorize":  # the consent page's Allow
+            self._authorize(self._form())
+        elif path == "/mcp":
             self._mcp()
         elif path == "/register":
             doc = json.loads(self._body() or b"{}")
@@ -302,6 +347,39 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     world: OAuthWorld
+
+
+def openapi_spec(world: OAuthWorld) -> dict[str, Any]:
+    """An OpenAPI document of ``/api/whoami`` behind the world's OAuth (authorization code)."""
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "oauth-world rest", "version": "1"},
+        "servers": [{"url": f"{world.base_url}/api"}],
+        "components": {
+            "securitySchemes": {
+                "world": {
+                    "type": "oauth2",
+                    "flows": {
+                        "authorizationCode": {
+                            "authorizationUrl": f"{world.base_url}/authorize",
+                            "tokenUrl": f"{world.base_url}/token",
+                            "scopes": {"tools": "use the tools"},
+                        }
+                    },
+                }
+            }
+        },
+        "security": [{"world": ["tools"]}],
+        "paths": {
+            "/whoami": {
+                "get": {
+                    "operationId": "whoami",
+                    "summary": "Say which account the token belongs to.",
+                    "responses": {"200": {"description": "the account"}},
+                }
+            }
+        },
+    }
 
 
 @contextmanager

@@ -179,9 +179,11 @@ def running_appliance(
     env: Mapping[str, str | None] | None = None,
     command: list[str] | None = None,
     start_timeout: float = 60,
+    port: int = 0,
 ) -> Iterator[Appliance]:
     """``toolspoke init`` then ``toolspoke serve --port 0``; yields once it prints its address.
-    A variable ``None`` in ``env`` is left unset."""
+    A variable ``None`` in ``env`` is left unset; a ``port`` is for an appliance that must know
+    its own address before it starts (``TOOLSPOKE_PUBLIC_URL``)."""
     given = {
         "TOOLSPOKE_DATA_DIR": str(data_dir),
         "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY,
@@ -194,7 +196,7 @@ def running_appliance(
     init = cli(data_dir, "init", env=given, timeout=start_timeout, command=command)
     assert init.returncode == 0, init.stderr
     proc = subprocess.Popen(
-        [*cmd, "serve", "--port", "0"],
+        [*cmd, "serve", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

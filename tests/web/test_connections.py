@@ -8,8 +8,8 @@ carried. The toolkit is imported with the owner's fixed token, published, and sw
 opened by a plain HTTP client standing in for the browser, the redirect followed to the
 appliance's own ``/oauth/callback``). The tests run in order on one appliance.
 
-No real-process test covers this path yet: an end to end on ``toolspoke serve`` with the
-console driven in Chromium (tests/e2e/test_console_flow.py's way) is still to be written.
+The same path on a real ``toolspoke serve``, with the console driven in Chromium, is
+tests/e2e/test_connections_flow.py.
 """
 
 from __future__ import annotations
@@ -156,6 +156,19 @@ def test_a_call_without_a_connection_is_refused_before_anything_leaves(
     )
     assert rows and rows[0][1] == "connection_required" and not rows[0][2]
     assert search(app, keys["bob"]["agent"])[0]["connected"] is False
+
+
+def test_a_person_with_no_connection_sees_it_listed_to_connect(app: InProcess, keys: Any) -> None:
+    from tests.support.console_pages import signed_in
+
+    with api_as(app, keys["bob"]["person"]) as api:
+        (row,) = ok(api.get("/connections"))["connections"]
+    assert row["status"] == "not_connected" and row["scopes"] == [] and row["scheme"] is None
+    assert row["expires_at"] is None and "oauth" in row["schemes"]
+    console, _ = signed_in(app, keys["bob"]["person"], landing="/console/connections")
+    page = console.get("/console/connections")
+    assert page.status_code == 200, page.text
+    assert "not connected" in page.text and ">Connect</button>" in page.text
 
 
 def test_each_user_connects_and_their_calls_carry_their_own_token_only(
@@ -382,3 +395,109 @@ def test_the_console_connects_in_the_persons_own_session_only(
     kit_page = admin_console.get("/console/toolkits/default/acme")
     assert "Each person connects their own account" in kit_page.text and "bob" in kit_page.text
     assert not any(t in kit_page.text for t in world.tokens)
+
+
+def test_a_per_user_toolkit_without_a_shared_credential_probes_healthy_on_the_servers_401(
+    app: InProcess, world: OAuthWorld
+) -> None:
+    """A probe never borrows a person's token: the upstream's 401 (or 403) to a probe of a
+    ``per_user`` toolkit says it is there and wants each person's own; a ``shared`` toolkit
+    refused the same way is failing."""
+    report = import_mcp(
+        app,  # type: ignore[arg-type]
+        world.mcp_url,
+        "--slug",
+        "beta",
+        "--bearer-env",
+        "OWNER_TOKEN",
+        env={"OWNER_TOKEN": OWNER_TOKEN},
+    )
+    assert report["tool_count"] == 1
+    with admin(app) as api:
+        ok(api.put("/toolkits/beta/connection-mode", json={"mode": "per_user"}))
+        assert ok(api.delete("/toolkits/beta/credentials"))["cleared"] is True
+        sent = len(world.mcp_requests)
+        for _ in range(3):  # past TOOLSPOKE_HEALTH_DEGRADED_AFTER (2) failures, were they any
+            row = ok(api.post("/toolkits/beta/probe"))
+        assert row["probed"] is True and row["health"] == "active", row
+        probes = world.mcp_requests[sent:]
+        assert probes and all(user is None for _, user in probes)  # each refused: no token was sent
+        ok(api.put("/toolkits/beta/connection-mode", json={"mode": "shared"}))
+        for _ in range(2):
+            row = ok(api.post("/toolkits/beta/probe"))
+        assert row["health"] == "degraded" and "HTTP 401" in row["reason"], row
+
+
+def test_a_per_user_oauth_token_on_an_openapi_toolkit_is_refreshed_once_on_a_401(
+    app: InProcess, keys: Any, world: OAuthWorld
+) -> None:
+    """No connect flow reaches OpenAPI toolkits yet (issue 19 item 4), so alice's tokens are
+    sealed here as that flow would seal them; the call path is the product's."""
+    from appliance.vault import connections as vault_conns
+    from tests.support.oauth_world import openapi_spec
+
+    with admin(app) as api:
+        ok(api.post("/toolkits/openapi", json={"slug": "rest", "spec": openapi_spec(world)}), 201)
+        ok(api.patch("/toolkits/rest/access", json={"visibility": "published"}))
+        ok(api.put("/toolkits/rest/connection-mode", json={"mode": "per_user"}))
+        (agent_id,) = query(app.data_dir, "SELECT id FROM agents WHERE name = 'alice-agent-0'")[0]
+        ok(api.post("/grants", json={"agent_id": agent_id, "toolkit": "rest"}), 201)
+    world.clients["client-rest"] = []
+    issued = world._issue("alice", "client-rest")
+    settings = {
+        "issuer": world.base_url,
+        "token_endpoint": f"{world.base_url}/token",
+        "revocation_endpoint": f"{world.base_url}/revoke",
+        "client_id": "client-rest",
+        "auth_method": "none",
+        "client_how": "dcr",
+        "resource": f"{world.base_url}/api",
+    }
+    kit = int(query(app.data_dir, "SELECT id FROM toolkits WHERE slug = 'rest'")[0][0])
+
+    async def seal() -> None:
+        async with app.rt.db.write() as tx:
+            await vault_conns.put(
+                tx,
+                app.rt.vault,
+                kit,
+                user_id(app.data_dir, "alice"),
+                "oauth",
+                settings,
+                {"access_token": issued["access_token"], "refresh_token": issued["refresh_token"]},
+                scopes=("tools",),
+                expires_at=time.time() + 3600,
+            )
+
+    app.run(seal())
+    rest = "rest__whoami"
+    world.api_requests.clear()
+    assert '"alice"' in text_of(call(app, keys["alice"]["agent"], rest))
+    assert world.api_requests == ["alice"]
+    world.expire("alice")  # the server refuses it now; the appliance thinks it good
+    world.grants.clear()
+    world.api_requests.clear()
+    answer = call(app, keys["alice"]["agent"], rest)
+    assert answer["result"]["isError"] is False and '"alice"' in text_of(answer)
+    assert world.grants == [("refresh_token", "alice")]
+    assert world.api_requests == [None, "alice"]  # refused once, refreshed, sent again
+    # A refresh the server refuses: the 401 stands (sent once, not again) and alice's
+    # connection needs reconnecting (the toolkit's health is not touched).
+    world.refuse_refresh.add("alice")
+    world.expire("alice")
+    world.api_requests.clear()
+    try:
+        failed = call(app, keys["alice"]["agent"], rest)
+    finally:
+        world.refuse_refresh.clear()
+    assert failed["result"]["isError"] is True
+    assert world.api_requests == [None]
+    again = call(app, keys["alice"]["agent"], rest)["error"]
+    assert again["data"]["reason"] == "connection_required" and again["data"]["toolkit"] == "rest"
+    rows = query(
+        app.data_dir,
+        "SELECT status FROM user_connections WHERE toolkit_id = ? AND user_id = ?",
+        (kit, user_id(app.data_dir, "alice")),
+    )
+    assert rows == [("needs_reconnect",)]
+    assert query(app.data_dir, "SELECT health FROM toolkits WHERE slug = 'rest'") == [("active",)]

@@ -80,6 +80,18 @@ def _schemes(kit: connections.Kit) -> list[str]:
     return []
 
 
+# The same fields as a stored connection's ``public()``: every listing row has each of them.
+_NOT_CONNECTED: dict[str, Any] = {
+    "connected": False,
+    "status": "not_connected",
+    "scheme": None,
+    "scopes": [],
+    "expires_at": None,
+    "connected_at": None,
+    "updated_at": None,
+}
+
+
 async def mine(rt: Runtime, actor: Principal, *, user: int | str | None = None) -> dict[str, Any]:
     """Every ``per_user`` toolkit the user sees, with the user's status there."""
     who = await _target(rt, actor, user)
@@ -98,9 +110,7 @@ async def mine(rt: Runtime, actor: Principal, *, user: int | str | None = None) 
             connection = await store.toolkit_connection(conn, k.id)
             kit = connections.Kit(k.id, k.slug, k.project, k.source_kind, connection, "per_user")
             stored = held.get(k.id)
-            status = (
-                stored.public() if stored is not None else {"connected": False, "status": "not_connected"}
-            )
+            status = stored.public() if stored is not None else _NOT_CONNECTED
             out.append(
                 {
                     "toolkit": k.slug,
