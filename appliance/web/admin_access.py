@@ -137,11 +137,18 @@ async def list_approvals(request: Request) -> Any:
     return await approvals.list_approvals(rt, actor, state=request.args.get("state"))
 
 
-@bp.post("/approvals/<approval_id:str>/<verdict:approve|deny>")
+@bp.post("/approvals/<approval_id:str>/approve")
 @answers()
-async def decide_approval(request: Request, approval_id: str, verdict: str) -> Any:
+async def approve_approval(request: Request, approval_id: str) -> Any:
     rt, actor = request.app.ctx.rt, _actor(request)
-    return await approvals.decide(rt, actor, approval_id, approve=verdict == "approve")
+    return await approvals.decide(rt, actor, approval_id, approve=True)
+
+
+@bp.post("/approvals/<approval_id:str>/deny")
+@answers()
+async def deny_approval(request: Request, approval_id: str) -> Any:
+    rt, actor = request.app.ctx.rt, _actor(request)
+    return await approvals.decide(rt, actor, approval_id, approve=False)
 
 
 # -- grants ----------------------------------------------------------------------------------

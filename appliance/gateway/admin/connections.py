@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 async def _target(rt: Runtime, actor: Principal, user: int | str | None) -> int:
     """Whose connection: the actor's own, or (admins and the operator) the named user's."""
     require_person(actor)
+    if user is not None and (isinstance(user, bool) or not isinstance(user, (int, str)) or user == ""):
+        raise InvalidParams("'user' must be a user's name or id", field="user")
     if user is None or user == actor.name or user == actor.user_id:
         if actor.operator:
             raise InvalidParams(
