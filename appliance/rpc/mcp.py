@@ -50,6 +50,10 @@ INSTRUCTIONS = (
 )
 
 
+# Params of an elicitation/create and the longest wait → the client's result (None: none).
+Elicit = Callable[[dict[str, Any], float], Awaitable[dict[str, Any] | None]]
+
+
 @dataclass
 class CallContext:
     principal: Principal
@@ -65,6 +69,10 @@ class CallContext:
     set_log_level: Callable[[str], None] | None = None
     # 2026-07-28: the request's declared client capabilities (None: legacy era).
     client_capabilities: dict[str, Any] | None = None
+    # 2025 era: asks the client's user (form-mode elicitation/create on this request's
+    # channel) and waits, bounded, for the result (None: no answer). None: the client
+    # declared no elicitation, or the channel cannot carry a request.
+    elicit: Elicit | None = None
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
