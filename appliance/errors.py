@@ -208,6 +208,9 @@ class ApprovalRequired(Forbidden):
 
     rpc_code = -32007
     reason = "approval_required"
+    # The approval it waits for (``access/approvals.Approval``), for the in-band ways of
+    # asking (``gateway/approvals_inband.py``); never on the wire.
+    approval: Any = None
 
 
 class ConnectionRequired(Forbidden):

@@ -23,8 +23,9 @@ is the refused attempt's own row (``approval_required``) and the use the call's 
 (``approval_used`` when it has no other reason). ``/metrics`` counts each event.
 
 An allowed call never gets here: the policy stage's answer is None, and the pipeline tests it.
-The in-band ways of asking (elicitation, the 2026-07-28 input-required result) will answer
-``ApprovalRequired`` in the session before it reaches the caller, over the same approvals.
+The in-band ways of asking (elicitation, the 2026-07-28 input-required result) take
+``ApprovalRequired`` in the MCP layer before it reaches the caller, over the same approvals
+(``gateway/approvals_inband.py``, ``rpc/inband.py``).
 """
 
 from __future__ import annotations
@@ -205,7 +206,9 @@ def required(a: store.Approval) -> ApprovalRequired:
         },
         "code": ApprovalRequired.rpc_code,
     }
-    return ApprovalRequired(message, data=data)
+    exc = ApprovalRequired(message, data=data)
+    exc.approval = a
+    return exc
 
 
 def refused(tool: Tool, approval_id: str, why: str) -> ApprovalRefused:

@@ -31,7 +31,7 @@ from appliance.protocol import versions
 from appliance.protocol.log_levels import LOG_LEVELS, log_rank
 from appliance.protocol.meta import OURS, PROGRESS_TOKEN_KEY, SERVER_INFO_KEY, progress_token
 from appliance.protocol.relays import LogRelay, ProgressCallback
-from appliance.rpc import jsonrpc
+from appliance.rpc import inband, jsonrpc
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ INSTRUCTIONS = (
 )
 
 
+# Params of an elicitation/create and the longest wait → the client's result (None: none).
+Elicit = Callable[[dict[str, Any], float], Awaitable[dict[str, Any] | None]]
+
+
 @dataclass
 class CallContext:
     principal: Principal
@@ -65,6 +69,10 @@ class CallContext:
     set_log_level: Callable[[str], None] | None = None
     # 2026-07-28: the request's declared client capabilities (None: legacy era).
     client_capabilities: dict[str, Any] | None = None
+    # 2025 era: asks the client's user (form-mode elicitation/create on this request's
+    # channel) and waits, bounded, for the result (None: no answer). None: the client
+    # declared no elicitation, or the channel cannot carry a request.
+    elicit: Elicit | None = None
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
@@ -175,13 +183,17 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
         ctx.principal, params, ctx.toolkit, on_progress=_progress_relay(ctx, params), on_log=_log_relay(ctx)
     )
     try:
-        result = await tool_requests.serve(rt, request)
-    except (ApprovalRequired, ApprovalRefused) as exc:
-        # The call waits for a person (or names an approval that does not cover it): a result
-        # the model and the user read, with the approval's id, queue URL and how to retry in
-        # ``_meta`` (the in-band ways of asking will answer here instead, issue 20 item 3).
-        text = [{"type": "text", "text": exc.public_message}]
-        return tool_result(CallResult(content=text, is_error=True, meta=exc.payload()))
+        if inband.retrying(ctx, params):  # 2026-07-28: the answer to an input_required result
+            result = await inband.resume(rt, ctx, request)
+        else:
+            result = await tool_requests.serve(rt, request)
+    except ApprovalRequired as exc:
+        # The call waits for a person: asked in band where the client can ask its user, else
+        # a result with the approval's id, queue URL and how to retry (rpc/inband.py).
+        answer = await inband.needed(rt, ctx, request, exc)
+        return answer if isinstance(answer, dict) else tool_result(answer)
+    except ApprovalRefused as exc:  # names an approval that does not cover it
+        return tool_result(inband.out_of_band(exc))
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.
@@ -271,10 +283,10 @@ async def dispatch(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[
 
 
 def _stamp(result: dict[str, Any], kit: Toolkit | None) -> dict[str, Any]:
-    """Every 2026-07-28 result says it is complete and who answered."""
+    """Every 2026-07-28 result says whether it is complete and who answered."""
     meta = dict(result.get("_meta") or {})
     meta[SERVER_INFO_KEY] = _identity(kit)[0]
-    return {**result, "resultType": "complete", "_meta": meta}
+    return {"resultType": "complete", **result, "_meta": meta}  # or input_required, as it said
 
 
 async def respond(rt: Runtime, ctx: CallContext, msg: jsonrpc.Message) -> dict[str, Any]:

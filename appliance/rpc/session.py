@@ -2,10 +2,14 @@
 
 A 2026-07-28 request stands alone: ``modern_context`` builds its call from its own envelope.
 A 2025-era conversation is a ``Session``: the version ``initialize`` negotiated, the client's
-info and capabilities, the log level ``logging/setLevel`` chose, and the requests still
-running, so that ``notifications/cancelled`` can stop one. Streamable HTTP keeps its
-sessions in a ``SessionStore`` under ``Mcp-Session-Id``; a legacy SSE stream and a stdio
-process each are one session. The faces only move bytes; what a message means for the
+info and capabilities, the log level ``logging/setLevel`` chose, the requests still
+running, so that ``notifications/cancelled`` can stop one, and the requests the server sent
+the client (``elicitation/create``, to ask for an approval in band) waiting for its answer.
+A face hands a request's channel to ``context`` (stdio's lines, a legacy stream's events, a
+POST's SSE response) and every client message that is not a request to ``notice``, which
+resolves the waiting ask: sending, numbering, matching and the bounded wait live here.
+Streamable HTTP keeps its sessions in a ``SessionStore`` under ``Mcp-Session-Id``; a legacy
+SSE stream and a stdio process each are one session. The faces only move bytes; what a message means for the
 conversation is decided here.
 
 A session holds no identity. Who is calling always comes from the request's own credential,
@@ -16,6 +20,7 @@ id is useless without that key (and answers 404, exactly like an unknown id).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections import Counter, OrderedDict
@@ -26,12 +31,13 @@ from typing import Any
 from appliance.errors import ApplianceError, InvalidRequest
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Toolkit
-from appliance.protocol import versions
+from appliance.protocol import elicitation, versions
 from appliance.protocol.log_levels import DEFAULT_LEVEL
 from appliance.protocol.meta import PROTOCOL_VERSION_KEY
 from appliance.rpc import jsonrpc, mcp, modern
 
 Notify = Callable[[dict[str, Any]], Awaitable[None]]
+CANCEL_SEND_S = 1.0  # an ask that timed out tells the client so, if it can within this
 
 
 def is_modern(msg: jsonrpc.Message, version_header: str | None = None) -> bool:
@@ -89,6 +95,9 @@ class Session:
     # Requests still running, by JSON-RPC id, so that notifications/cancelled can stop one.
     in_flight: dict[Any, asyncio.Future[Any]] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
+    # Requests sent to the client (elicitation/create), by their id, awaiting its response.
+    asked: dict[str, asyncio.Future[dict[str, Any] | None]] = field(default_factory=dict)
+    _asks: int = 0
     # The initialize being answered: a request behind it on an ordered channel waits for it.
     _handshake: asyncio.Future[Any] | None = field(default=None, repr=False)
 
@@ -138,13 +147,15 @@ class Session:
     def context(
         self, principal: Principal, toolkit: Toolkit | None = None, notify: Notify | None = None
     ) -> mcp.CallContext:
-        """The call of a request in this session (before the handshake: the newest version)."""
+        """The call of a request in this session (before the handshake: the newest version);
+        ``notify``: the request's channel to the client, for notifications and asks."""
         ctx = mcp.CallContext(
             principal,
             self.protocol_version or versions.LATEST_LEGACY,
             toolkit=toolkit,
             notify=notify,
             log_level=self.log_level,
+            elicit=self.asker(notify),
         )
         ctx.set_log_level = self.set_log_level
         return ctx
@@ -179,6 +190,63 @@ class Session:
     def set_log_level(self, level: str) -> None:
         self.log_level = level
 
+    # -- requests to the client ----------------------------------------------------------
+
+    def elicits(self) -> bool:
+        """Whether the client declared form-mode elicitation at initialize."""
+        return elicitation.asks_forms(self.client_capabilities)
+
+    def asker(self, send: Notify | None) -> mcp.Elicit | None:
+        """How a call on the channel ``send`` asks the client's user (None: it cannot)."""
+        if send is None or not self.elicits():
+            return None
+
+        async def elicit(params: dict[str, Any], wait_s: float) -> dict[str, Any] | None:
+            return await self.ask(send, elicitation.METHOD, params, wait_s)
+
+        return elicit
+
+    async def ask(
+        self, send: Notify, method: str, params: dict[str, Any], wait_s: float
+    ) -> dict[str, Any] | None:
+        """Send the client a request on ``send`` and wait (at most ``wait_s``) for its result:
+        None for an error, no answer in time, or a channel that could not carry it. A cancelled
+        caller stops waiting; its late answer is dropped as unknown."""
+        self._asks += 1
+        request_id = f"toolspoke-{self._asks}"
+        answer: asyncio.Future[dict[str, Any] | None] = asyncio.get_running_loop().create_future()
+        self.asked[request_id] = answer
+        try:
+            try:
+                await send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            except Exception:  # noqa: BLE001 - the channel is gone: nobody to ask
+                return None
+            try:
+                async with asyncio.timeout(wait_s):
+                    return await answer
+            except TimeoutError:
+                await self._withdraw(send, request_id)
+                return None
+        finally:
+            self.asked.pop(request_id, None)
+
+    @staticmethod
+    async def _withdraw(send: Notify, request_id: str) -> None:
+        """Tell the client an ask is no longer wanted (best effort, briefly)."""
+        note = {"requestId": request_id, "reason": "no answer in time"}
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CANCEL_SEND_S):
+                await send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": note})
+
+    def answered(self, msg: jsonrpc.Message) -> None:
+        """A response from the client: the result of the ask it answers (unknown ids, and
+        answers that come too late, are dropped)."""
+        answer = self.asked.get(msg.id) if isinstance(msg.id, str) else None
+        if answer is None or answer.done():
+            return
+        result = msg.raw.get("result")
+        answer.set_result(result if isinstance(result, dict) else None)
+
     # -- calls in flight -----------------------------------------------------------------
 
     def running(self, request_id: Any) -> bool:
@@ -212,9 +280,12 @@ class Session:
             await asyncio.gather(*running, return_exceptions=True)
 
     def notice(self, msg: jsonrpc.Message) -> None:
-        """A notification from the client: the end of the handshake, or a cancellation (no
-        reply follows, as the cancellation spec says). Others mean nothing here."""
-        if msg.method == "notifications/initialized":
+        """A message from the client that is not a request: the answer to an ask, the end of
+        the handshake, or a cancellation (no reply follows, as the cancellation spec says).
+        Others mean nothing here."""
+        if msg.kind == "response":
+            self.answered(msg)
+        elif msg.method == "notifications/initialized":
             self.initialized = True
         elif msg.method == "notifications/cancelled":
             self.cancel(msg.params.get("requestId"))

@@ -4,7 +4,9 @@ One JSON-RPC message per POST. Requests are answered as JSON when the client acc
 (no 1 MiB SSE event limit to trip over), else as a one-event SSE stream. A ``tools/call``
 carrying ``_meta.progressToken`` from a client that accepts SSE is answered as an SSE stream
 once the upstream reports progress: the relayed ``notifications/progress``, then the
-response as the last event. Notifications and
+response as the last event. In a session whose client declared elicitation, a ``tools/call``
+that waits for a person's approval sends its ``elicitation/create`` the same way, on its
+POST's stream; the client's answer arrives as a POST of its own. Notifications and
 responses get 202. ``initialize`` opens a session (``Mcp-Session-Id``); every later request
 must carry it (400 without, 404 once it is gone). The standalone GET stream is not offered
 (405): the gateway sends no unsolicited messages.
@@ -59,9 +61,12 @@ async def _answer(
     2026-07-28 has no cancel notification on HTTP: the client closes the connection, and
     Sanic cancels this handler, which cancels the work it awaits, down to the upstream.
     """
-    stream = replies.progress_stream(request, ctx, msg, headers)
+    asks = session is not None and session.elicits()
+    stream = replies.progress_stream(request, ctx, msg, headers, asks=asks)
     if stream is not None:
         ctx.notify = stream.notify
+        if session is not None:  # an elicitation/create goes on this stream, its answer comes by POST
+            ctx.elicit = session.asker(stream.request)
     if session is None or session.running(msg.id):
         # Nothing can cancel it but the connection: no task of its own needed.
         reply = await mcp.respond(request.app.ctx.rt, ctx, msg)

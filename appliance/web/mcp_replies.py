@@ -1,5 +1,6 @@
 """How one POST to ``/mcp`` is answered: a JSON body, a one-event SSE stream, or a call's
-relayed notifications (progress, logs) as SSE events ahead of its response.
+relayed notifications (progress, logs) and its requests to the client (an approval's
+``elicitation/create``) as SSE events ahead of its response.
 
 JSON whenever the client accepts it (SDK 2.x clients reject SSE events over 1 MiB); a
 one-event stream only to clients that accept nothing else. In the 2026-07-28 era the HTTP
@@ -39,6 +40,7 @@ _BAD_REQUEST = (
     UnsupportedProtocolVersion,
 )
 MODERN_STATUS = {e.rpc_code: 400 for e in _BAD_REQUEST} | {MethodNotFound.rpc_code: 404}
+KEEPALIVE_S = 15.0  # a stream waiting for a person's answer writes a comment this often
 
 
 def json_reply(
@@ -95,6 +97,7 @@ class ProgressStream:
         self._lock = asyncio.Lock()
         self._resp: HTTPResponse | None = None
         self._done = False
+        self._keepalive: asyncio.Task[None] | None = None
 
     async def notify(self, message: dict[str, Any]) -> None:
         async with self._lock:
@@ -107,8 +110,30 @@ class ProgressStream:
                 )
             await self._resp.send(event(message))
 
+    async def request(self, message: dict[str, Any]) -> None:
+        """A request to the client (an ``elicitation/create``): sent like a notification;
+        while a person reads it, comments keep the stream (and Sanic's response timeout,
+        reset by each write) alive until the response goes."""
+        await self.notify(message)
+        if self._keepalive is None and not self._done:
+            self._keepalive = asyncio.create_task(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        every = min(KEEPALIVE_S, float(self._request.app.config.RESPONSE_TIMEOUT) / 4)
+        while True:
+            await asyncio.sleep(every)
+            async with self._lock:
+                if self._done or self._resp is None:
+                    return
+                await self._resp.send(b": keep-alive\n\n")
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+
     async def abandon(self) -> bool:
         """End an open stream without a response; False when none was opened."""
+        self._stop_keepalive()
         async with self._lock:
             self._done = True
             if self._resp is None:
@@ -118,6 +143,7 @@ class ProgressStream:
 
     async def finish(self, payload: dict[str, Any], status: int = 200) -> HTTPResponse | None:
         """The handler's return value: a plain reply if nothing was streamed, else None."""
+        self._stop_keepalive()
         async with self._lock:
             self._done = True
             if self._resp is None:
@@ -128,12 +154,18 @@ class ProgressStream:
 
 
 def progress_stream(
-    request: Request, ctx: mcp.CallContext, msg: jsonrpc.Message, headers: dict[str, str]
+    request: Request,
+    ctx: mcp.CallContext,
+    msg: jsonrpc.Message,
+    headers: dict[str, str],
+    *,
+    asks: bool = False,
 ) -> ProgressStream | None:
-    """A stream for this call's relayed progress and logs, when it may get some and takes SSE."""
+    """A stream for this call's relayed progress and logs (and, ``asks``, its requests to the
+    client), when it may get some and takes SSE."""
     if msg.kind != "request" or msg.method != "tools/call":
         return None
-    if progress_token(msg.params) is None and ctx.log_level is None:
+    if progress_token(msg.params) is None and ctx.log_level is None and not asks:
         return None
     if "text/event-stream" not in request.headers.get("accept", ""):
         return None

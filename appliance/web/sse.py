@@ -85,11 +85,9 @@ class Stream:
     async def receive(
         self, rt: Runtime, principal: Principal, kit: Toolkit | None, msg: jsonrpc.Message
     ) -> None:
-        if msg.kind == "notification":
-            self.session.notice(msg)
-            return
         if msg.kind != "request":
-            return  # the gateway sends clients no requests, so their responses mean nothing
+            self.session.notice(msg)  # a notification, or the answer to an elicitation/create
+            return
         if msg.method == "initialize":
             # Answered before the 202 so that a client pipelining its next request behind
             # the handshake finds the version already negotiated.

@@ -52,11 +52,9 @@ class StdioFace:
         except InvalidRequest as exc:
             await self.write(jsonrpc.error(exc.data.get("id"), exc))
             return
-        if msg.kind == "notification":
-            self.session.notice(msg)
-            return
         if msg.kind != "request":
-            return  # responses: we send the client no requests
+            self.session.notice(msg)  # a notification, or the answer to an elicitation/create
+            return
         task = asyncio.create_task(self._answer(msg))
         self.session.track(msg.id, task)
         if msg.method == "initialize" and not is_modern(msg):

@@ -57,12 +57,17 @@ def modern_tools_call(
     return headers, {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
 
 
-def _http_client(app: Appliance | InProcess, headers: dict[str, str]) -> httpx.AsyncClient:
+def _http_client(
+    app: Appliance | InProcess, headers: dict[str, str], streaming: bool = False
+) -> httpx.AsyncClient:
     """The SDK's own client for a real appliance; for one served in process, a client with
-    the SDK's options whose requests that app answers (tests/support/inprocess.py)."""
+    the SDK's options whose requests that app answers (tests/support/inprocess.py;
+    ``streaming``: answers arrive event by event, as from a socket)."""
     if isinstance(app, Appliance):
         return create_mcp_http_client(headers=headers)
-    return app.async_client(headers=headers, follow_redirects=True, timeout=httpx.Timeout(30, read=300))
+    return app.async_client(
+        headers=headers, streaming=streaming, follow_redirects=True, timeout=httpx.Timeout(30, read=300)
+    )
 
 
 @asynccontextmanager
@@ -72,15 +77,17 @@ async def connect(
     *,
     mode: str = "auto",
     read_timeout_s: float = 60,
+    streaming: bool = False,
     **options: Any,
 ) -> AsyncIterator[Client]:
     """An SDK client on streamable HTTP with the appliance's key (``mode="legacy"``: handshake),
-    to a real appliance or to one served in process.
+    to a real appliance or to one served in process (``streaming``: its answers streamed, for
+    a server request in the middle of a call; a real appliance's always are).
 
     ``options`` go to ``mcp.Client`` (``logging_callback``, ``log_level``, ...)."""
     # The SDK does not close an http_client it was handed; we own it.
     async with (
-        _http_client(app, {"Authorization": f"Bearer {app.key}"}) as http,
+        _http_client(app, {"Authorization": f"Bearer {app.key}"}, streaming) as http,
         Client(
             streamable_http_client(app.base_url + path, http_client=http),
             read_timeout_seconds=read_timeout_s,

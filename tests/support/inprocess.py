@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,12 +97,15 @@ class InProcess:
         }
         return self.client(headers=headers, timeout=httpx.Timeout(30, read=20))
 
-    def async_client(self, *, headers: Mapping[str, str] | None = None, **options: Any) -> httpx.AsyncClient:
+    def async_client(
+        self, *, headers: Mapping[str, str] | None = None, streaming: bool = False, **options: Any
+    ) -> httpx.AsyncClient:
         """An asynchronous httpx client (for the official SDK's client, on the test's own
-        loop) whose requests the app answers on its loop; the caller closes it."""
-        return httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, transport=_AsyncLoopTransport(self), **options
-        )
+        loop) whose requests the app answers on its loop; the caller closes it.
+        ``streaming``: each answer's body arrives as the app sends it (an SSE stream event by
+        event, while the request is still running), not whole at its end."""
+        transport = _StreamingTransport(self) if streaming else _AsyncLoopTransport(self)
+        return httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport, **options)
 
 
 def _answer(
@@ -146,6 +149,105 @@ class _AsyncLoopTransport(httpx.AsyncBaseTransport):
         async with asyncio.timeout(STEP_TIMEOUT_S):
             status, headers, raw = await asyncio.wrap_future(pending)
         return httpx.Response(status, headers=headers, stream=httpx.ByteStream(raw), request=request)
+
+
+class _StreamingTransport(httpx.AsyncBaseTransport):
+    """A request run on the app's loop as an ASGI call whose body chunks reach the client's
+    loop as they are sent: what a streamed answer (a call's SSE events ahead of its response,
+    a request to the client in the middle of a call) needs. Closing the response early is the
+    client going away: the app's handler is cancelled, as Sanic cancels it on a real socket."""
+
+    def __init__(self, served: InProcess) -> None:
+        self._served = served
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        body = await request.aread()
+        mine = asyncio.get_running_loop()
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+        head: asyncio.Future[tuple[int, list[tuple[bytes, bytes]]]] = mine.create_future()
+        gone = asyncio.Event()  # on the app's loop: set when the client closed the response
+
+        def deliver(chunk: bytes | None) -> None:
+            chunks.put_nowait(chunk)
+
+        def started(status: int, headers: list[tuple[bytes, bytes]]) -> None:
+            if not head.done():
+                head.set_result((status, headers))
+
+        def failed(exc: BaseException) -> None:
+            if not head.done():
+                head.set_exception(exc)
+            chunks.put_nowait(None)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": request.method,
+            "headers": [(k.lower(), v) for (k, v) in request.headers.raw],
+            "scheme": request.url.scheme,
+            "path": request.url.path,
+            "raw_path": request.url.raw_path.split(b"?")[0],
+            "query_string": request.url.query,
+            "server": (request.url.host, request.url.port),
+            "client": ("127.0.0.1", 40000),
+            "root_path": "",
+        }
+
+        async def run() -> None:
+            sent_body = False
+
+            async def receive() -> dict[str, Any]:
+                nonlocal sent_body
+                if not sent_body:
+                    sent_body = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                await gone.wait()
+                return {"type": "http.disconnect"}
+
+            async def send(message: Mapping[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    mine.call_soon_threadsafe(started, message["status"], list(message.get("headers", [])))
+                elif message["type"] == "http.response.body":
+                    if message.get("body"):
+                        mine.call_soon_threadsafe(deliver, bytes(message["body"]))
+                    if not message.get("more_body", False):
+                        mine.call_soon_threadsafe(deliver, None)
+
+            try:
+                await self._served.app(scope, receive, send)
+            except BaseException as exc:  # the client learns of it, then it goes on up
+                mine.call_soon_threadsafe(failed, exc)
+                raise
+            # Whatever the app did, the body ends (and a response it never started fails).
+            mine.call_soon_threadsafe(failed, RuntimeError("the app sent no response"))
+
+        app_loop = self._served.loop
+        task = asyncio.run_coroutine_threadsafe(run(), app_loop)
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            status, headers = await head
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                while (chunk := await chunks.get()) is not None:
+                    yield chunk
+            finally:
+                app_loop.call_soon_threadsafe(gone.set)
+                task.cancel()  # the client went away: a handler still running is cancelled
+
+        return httpx.Response(status, headers=headers, stream=_Chunks(stream()), request=request)
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, source: AsyncIterator[bytes]) -> None:
+        self._source = source
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._source:
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._source.aclose()  # type: ignore[attr-defined]
 
 
 def initialise(data_dir: Path, env: Mapping[str, str] | None = None) -> None:

@@ -25,6 +25,7 @@ from appliance.rpc import jsonrpc
 from appliance.rpc.session import Session, SessionStore, is_modern, modern_context
 
 KEY = "tsk_aaaaaaaa"
+ANYONE = Principal(user_id=1, name="u", is_admin=False, key_prefix=KEY)
 OTHER_KEY = "tsk_bbbbbbbb"
 
 
@@ -323,6 +324,79 @@ def test_notifications_initialized_marks_the_handshake_done() -> None:
     session.notice(msg("notifications/initialized"))
     session.notice(msg("notifications/whatever"))
     assert session.initialized
+
+
+def _answer(msg_id: Any, result: Any) -> jsonrpc.Message:
+    return jsonrpc.parse(orjson.dumps({"jsonrpc": "2.0", "id": msg_id, "result": result}))
+
+
+def test_only_a_client_that_declared_form_elicitation_can_be_asked() -> None:
+    async def send(message: dict[str, Any]) -> None:
+        return None
+
+    for declared, asks in (
+        ({}, False),
+        ({"elicitation": {}}, True),
+        ({"elicitation": {"form": {}}}, True),
+        ({"elicitation": {"url": {}}}, False),
+        ({"elicitation": True}, False),
+    ):
+        session = Session("tsk_aaaaaaaa", client_capabilities=declared)
+        assert session.elicits() is asks, declared
+        assert (session.asker(send) is not None) is asks and session.asker(None) is None
+        assert (session.context(ANYONE, notify=send).elicit is not None) is asks
+
+
+def test_an_ask_goes_on_the_channel_and_its_answer_comes_back_through_notice() -> None:
+    async def scenario() -> None:
+        session = Session("tsk_aaaaaaaa", client_capabilities={"elicitation": {}})
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        elicit = session.asker(send)
+        assert elicit is not None
+        asking = asyncio.create_task(elicit({"mode": "form", "message": "yes?"}, 5))
+        while not sent:
+            await asyncio.sleep(0)
+        [request] = sent
+        assert request["method"] == "elicitation/create" and request["params"]["message"] == "yes?"
+        session.notice(_answer("someone-else", {"action": "accept"}))  # an unknown id: dropped
+        session.notice(_answer(request["id"], {"action": "decline"}))
+        assert await asking == {"action": "decline"}
+        assert session.asked == {}
+        session.notice(_answer(request["id"], {"action": "accept"}))  # too late: dropped
+
+    asyncio.run(scenario())
+
+
+def test_an_unanswered_ask_gives_up_in_time_and_withdraws_and_a_cancelled_one_leaves_nothing() -> None:
+    async def scenario() -> None:
+        session = Session("tsk_aaaaaaaa", client_capabilities={"elicitation": {}})
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        assert await session.ask(send, "elicitation/create", {}, 0.05) is None
+        assert sent[-1]["method"] == "notifications/cancelled"
+        assert sent[-1]["params"]["requestId"] == sent[0]["id"]
+        waiting = asyncio.create_task(session.ask(send, "elicitation/create", {}, 30))
+        while len(session.asked) == 0:
+            await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        assert session.asked == {}
+
+        async def broken(message: dict[str, Any]) -> None:
+            raise ConnectionError("gone")
+
+        assert await session.ask(broken, "elicitation/create", {}, 30) is None  # nobody to ask
+        error = jsonrpc.parse(b'{"jsonrpc":"2.0","id":"toolspoke-9","error":{"code":-1,"message":"no"}}')
+        session.notice(error)  # an error answer resolves nothing that is not waiting
+
+    asyncio.run(scenario())
 
 
 def test_a_key_is_authenticated_through_the_gateway_fresh_or_remembered(tmp_path: Path) -> None:

@@ -1,0 +1,108 @@
+"""A ``tools/call`` that waits for a person's approval, answered in band where the client can
+ask its user (issue 20 item 3); the rules are ``gateway/approvals_inband.py``'s.
+
+- **2025 era** (a session whose client declared form-mode ``elicitation``; streamable HTTP
+  with a session and an SSE-accepting POST, legacy SSE, stdio): the call sends
+  ``elicitation/create`` on its own channel (``CallContext.elicit``, built by
+  ``rpc/session.py``) and waits, bounded, for the answer. A yes approves the approval and
+  the call runs once, through the pipeline with the approval named; a no denies it and the
+  call is refused; no answer (cancel, timeout, an error) decides nothing and the call gets
+  the out-of-band answer (the approval stays pending for the console).
+- **2026-07-28** (a request that declared ``elicitation`` in its envelope): the call answers
+  with an ``input_required`` result carrying the elicitation and a sealed ``requestState``;
+  the client retries the same request with ``inputResponses``. The retry is checked first
+  (the state, the principal, the request: other arguments are refused, nothing decided),
+  then the answer decided, then the call run with the approval named, as any retry is.
+- Otherwise (no capability, an approval that needs the toolkit's owner or an admin) the
+  out-of-band answer: an ``isError`` result with the approval's id, queue URL and how to retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from appliance.errors import ApprovalRefused, ApprovalRequired, InvalidParams
+from appliance.gateway import approvals_inband as inband
+from appliance.gateway import tool_requests
+from appliance.gateway.runtime import Runtime
+from appliance.models import CallResult
+from appliance.protocol import elicitation
+from appliance.protocol.meta import APPROVAL_KEY
+
+if TYPE_CHECKING:
+    from appliance.rpc.mcp import CallContext
+
+
+def retrying(ctx: CallContext, params: dict[str, Any]) -> bool:
+    """Whether a 2026-07-28 ``tools/call`` is the retry of an ``input_required`` result."""
+    return ctx.modern and (elicitation.REQUEST_STATE in params or elicitation.INPUT_RESPONSES in params)
+
+
+def out_of_band(exc: ApprovalRequired | ApprovalRefused) -> CallResult:
+    """The answer the model and the user read: the approval's id, queue URL and how to retry
+    in ``_meta``."""
+    text = [{"type": "text", "text": exc.public_message}]
+    return CallResult(content=text, is_error=True, meta=exc.payload())
+
+
+async def needed(
+    rt: Runtime, ctx: CallContext, request: tool_requests.ToolsCall, exc: ApprovalRequired
+) -> CallResult | dict[str, Any]:
+    """The answer to a call that waits for a person: asked in band where the client can ask
+    its user and the approval is theirs to give (a tool result, or 2026-07-28's
+    ``input_required`` result as it goes on the wire), else out of band."""
+    prompt = inband.prompt(ctx.principal, exc)
+    if prompt is None:
+        return out_of_band(exc)
+    if ctx.modern:
+        if not elicitation.asks_forms(ctx.client_capabilities):
+            return out_of_band(exc)
+        state = inband.seal(ctx.principal, prompt, inband.request_of(ctx.toolkit, request.params))
+        return elicitation.input_required(inband.INPUT_KEY, await inband.elicitation(rt, prompt), state)
+    if ctx.elicit is None:
+        return out_of_band(exc)
+    said = inband.verdict(await ctx.elicit(await inband.elicitation(rt, prompt), prompt.wait_s()))
+    if said == "none":
+        return out_of_band(exc)  # nothing decided: the approval waits for the console
+    await inband.decide(rt, ctx.principal, prompt.id, said == "approve")
+    return await _run_named(rt, request, prompt.id)
+
+
+async def resume(rt: Runtime, ctx: CallContext, request: tool_requests.ToolsCall) -> CallResult:
+    """A 2026-07-28 retry carrying the answer: checked, decided, run with the approval named."""
+    params = request.params
+    try:
+        approval_id, same = inband.unseal(
+            ctx.principal, params.get(elicitation.REQUEST_STATE), inband.request_of(ctx.toolkit, params)
+        )
+        if not same:
+            raise ApprovalRefused(
+                "this retry is not the call the approval was asked for (other arguments, another "
+                "tool or endpoint); nothing was run. Call again without 'requestState' to ask anew.",
+                reason="approval_mismatch",
+                data={"approval_id": approval_id},
+            )
+    except (ApprovalRefused, InvalidParams) as exc:
+        await tool_requests.refused(rt, ctx.principal, params, exc)  # an attempt: its audit row
+        if isinstance(exc, ApprovalRefused):
+            return out_of_band(exc)
+        raise
+    responses = params.get(elicitation.INPUT_RESPONSES)
+    answer = responses.get(inband.INPUT_KEY) if isinstance(responses, dict) else None
+    said = inband.verdict(answer)
+    if said != "none":
+        await inband.decide(rt, ctx.principal, approval_id, said == "approve")
+    return await _run_named(rt, request, approval_id)
+
+
+async def _run_named(rt: Runtime, request: tool_requests.ToolsCall, approval_id: str) -> CallResult:
+    """The call again, naming its approval: the pipeline checks the binding and uses it up,
+    or refuses with nothing sent (denied: ``approval_denied``; still pending: out of band)."""
+    meta = request.params.get("_meta")
+    named = {**(meta if isinstance(meta, dict) else {}), APPROVAL_KEY: approval_id}
+    retry = dataclasses.replace(request, params={**request.params, "_meta": named})
+    try:
+        return await tool_requests.serve(rt, retry)
+    except (ApprovalRequired, ApprovalRefused) as exc:
+        return out_of_band(exc)
