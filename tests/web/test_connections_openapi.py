@@ -195,3 +195,40 @@ def test_a_spec_naming_internal_or_plain_http_endpoints_is_refused_at_connect(
     assert (len(world.authorize_queries), len(world.token_paths)) == before
     assert stored(app, slug) == []
     assert query(app.data_dir, "SELECT COUNT(*) FROM oauth_pending") == [(0,)]
+
+
+def test_the_cli_shows_sets_and_clears_the_client_never_printing_the_secret(app: InProcess) -> None:
+    from tests.web.test_connections import cli
+
+    said = cli(app, "connections", "client", "rest")
+    assert said.startswith(f"default/rest: OAuth client {CLIENT_ID} (client_secret_basic, secret set)")
+    other = "other-secret-0123456789abcdef"
+    said = cli(
+        app, "connections", "client", "rest", "--client-id", "c2", "--secret-env", "S", env={"S": other}
+    )
+    assert "c2 (client_secret_basic, secret set)" in said and other not in said
+    assert "cleared" in cli(app, "connections", "client", "rest", "--clear")
+    assert "OAuth client not set" in cli(app, "connections", "client", "rest")
+
+
+def test_vault_rotation_reseals_the_clients(app: InProcess) -> None:
+    from appliance.vault import connections as vault_conns
+    from appliance.vault import store as vault_store
+
+    with admin(app) as api:
+        ok(
+            api.put(
+                "/toolkits/rest/oauth-client", json={"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET}
+            )
+        )
+    (old,) = query(app.data_dir, "SELECT key_version FROM oauth_clients")[0]
+    done = app.run(vault_store.rotate(app.rt.db, app.rt.vault))
+    assert set(query(app.data_dir, "SELECT key_version FROM oauth_clients")) == {(done["version"],)}
+    kit = int(query(app.data_dir, "SELECT id FROM toolkits WHERE slug = 'rest'")[0][0])
+
+    async def opened() -> Any:
+        async with app.rt.db.read() as conn:
+            return await vault_conns.get_client(conn, app.rt.vault, kit)
+
+    assert app.run(opened())[1] == CLIENT_SECRET
+    assert old != done["version"]
