@@ -18,7 +18,10 @@ or ``per_user``: then every call carries the credential of the calling principal
 - ``start``/``finish`` are the authorization code flow through ``oauthclient``: discovery,
   client identity, PKCE and ``resource``; the request kept in ``oauth_pending`` bound to the
   console session that started it (or, headless, to the user alone) until ``/oauth/callback``
-  brings the code back. ``disconnect`` revokes at the authorization server (RFC 7009) when
+  brings the code back. An OpenAPI toolkit whose spec declares an authorization-code flow
+  skips discovery: the flow's endpoints (each vetted by the egress guard, https unless
+  ALLOWED_TOOL_CIDRS opens the address) and the client its owner set (``oauth_clients``).
+  ``disconnect`` revokes at the authorization server (RFC 7009) when
   it offers revocation, then deletes the sealed tokens.
 """
 
