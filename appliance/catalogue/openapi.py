@@ -202,8 +202,38 @@ class _Converter:
                 }
                 if kept["type"] == "basic":  # Swagger 2.0 spelling of http basic
                     kept = {"type": "http", "scheme": "basic"}
+                if kept["type"] == "oauth2":
+                    flow = self._authorization_code(scheme)
+                    if flow is not None:
+                        kept["authorization_code"] = flow
                 out[str(name)] = kept
         return out
+
+    def _authorization_code(self, scheme: dict[str, Any]) -> dict[str, Any] | None:
+        """An OAuth 2.0 authorization-code flow's endpoints and scope names (never a secret):
+        OpenAPI 3 ``flows.authorizationCode``, Swagger 2 ``flow: accessCode``. The endpoints
+        are the spec's, hence untrusted: the connect flow vets each through the egress guard."""
+        if self.swagger:
+            flow: Any = scheme if scheme.get("flow") == "accessCode" else None
+        else:
+            flows = scheme.get("flows")
+            flow = flows.get("authorizationCode") if isinstance(flows, dict) else None
+        if not isinstance(flow, dict):
+            return None
+        urls: dict[str, str] = {}
+        for key, out in (
+            ("authorizationUrl", "authorization_url"),
+            ("tokenUrl", "token_url"),
+            ("refreshUrl", "refresh_url"),
+        ):
+            value = flow.get(key)
+            if isinstance(value, str) and value.strip() and len(value) <= 2048:
+                urls[out] = self._absolute(value.strip()) or value.strip()
+        if "authorization_url" not in urls or "token_url" not in urls:
+            return None
+        scopes = flow.get("scopes")
+        names = [str(k)[:200] for k in scopes][:100] if isinstance(scopes, dict) else []
+        return {**urls, "scopes": names}
 
     # -- base URL -----------------------------------------------------------------------
 

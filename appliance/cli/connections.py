@@ -21,7 +21,7 @@ from appliance.models import OPERATOR
 
 @main.group()
 def connections() -> None:
-    """Each person's own connection to per_user toolkits: list, connect, disconnect, mode."""
+    """Each person's own connection to per_user toolkits: list, connect, disconnect, mode, client."""
 
 
 def _line(c: dict[str, Any]) -> str:
@@ -160,3 +160,68 @@ def connections_mode(
         return
     who = ", ".join(f"{c['user']} ({c['status']})" for c in shown["connected"]) or "nobody"
     click.echo(f"{project}/{slug}: {shown['mode']}; connected: {who}")
+
+
+@connections.command("client")
+@click.argument("slug")
+@click.option("--client-id", "client_id", default=None, help="The client id registered at the spec's server.")
+@click.option("--secret-env", "secret_env", metavar="VAR", help="Environment variable holding its secret.")
+@click.option(
+    "--auth-method",
+    "auth_method",
+    type=click.Choice(["none", "client_secret_basic", "client_secret_post"]),
+    default=None,
+    help="How the client authenticates at the token endpoint (default: Basic with a secret, else none).",
+)
+@click.option("--clear", is_flag=True, help="Remove the toolkit's client.")
+@click.option("--project", default="default", show_default=True)
+@STORE
+@guard
+def connections_client(
+    slug: str,
+    client_id: str | None,
+    secret_env: str | None,
+    auth_method: str | None,
+    clear: bool,
+    project: str,
+    data_dir: str | None,
+    config_file: str | None,
+    as_json: bool,
+) -> None:
+    """Show (or set, or --clear) the OAuth client of an OpenAPI toolkit whose spec declares an
+    authorization-code flow: the client id registered there and its secret (sealed; never shown)."""
+    from appliance.gateway.admin import connections as ops
+
+    doc: dict[str, Any] = {}
+    if client_id is not None:
+        doc = {"client_id": client_id, "auth_method": auth_method}
+        if secret_env:
+            doc["client_secret"] = secret_from(secret_env, False)
+    elif secret_env or auth_method:
+        fail("--secret-env and --auth-method go with --client-id", 2)
+
+    def work(rt: Any) -> Any:
+        if clear:
+            return ops.clear_client(rt, OPERATOR, slug, project)
+        if doc:
+            return ops.set_client(rt, OPERATOR, slug, project, doc)
+        return ops.oauth_client(rt, OPERATOR, slug, project)
+
+    shown = operate(data_dir, config_file, work)
+    if as_json:
+        emit(shown)
+        return
+    if clear:
+        click.echo(f"{project}/{slug}: OAuth client {'cleared' if shown['cleared'] else 'was not set'}")
+        return
+    client = shown["client"]
+    flow = shown["flow"] or {}
+    said = (
+        f"{client['client_id']} ({client['auth_method']}"
+        f"{', secret set' if client['client_secret_set'] else ''})"
+        if client
+        else "not set"
+    )
+    click.echo(
+        f"{project}/{slug}: OAuth client {said}; authorization at {flow.get('authorization_url', '-')}"
+    )

@@ -173,6 +173,14 @@ class EgressPolicy:
         named = (host.lower(), port)
         return named in self.endpoints or named in self.operator_names
 
+    def opens(self, host: str) -> bool:
+        """Whether ``host`` (a literal address, or a localhost name) lies in a network that
+        ALLOWED_TOOL_CIDRS opens: where an OAuth endpoint a spec names may be plain http."""
+        literal = _literal(host.strip("[]"))
+        if literal is None and _is_localhost(host):
+            literal = LOCALHOST
+        return literal is not None and self._listed(literal)
+
     def _listed(self, ip: Address) -> bool:
         return any(ip.version == net.version and ip in net for net in self.allowed)
 

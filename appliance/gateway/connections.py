@@ -18,7 +18,10 @@ or ``per_user``: then every call carries the credential of the calling principal
 - ``start``/``finish`` are the authorization code flow through ``oauthclient``: discovery,
   client identity, PKCE and ``resource``; the request kept in ``oauth_pending`` bound to the
   console session that started it (or, headless, to the user alone) until ``/oauth/callback``
-  brings the code back. ``disconnect`` revokes at the authorization server (RFC 7009) when
+  brings the code back. An OpenAPI toolkit whose spec declares an authorization-code flow
+  skips discovery: the flow's endpoints (each vetted by the egress guard, https unless
+  ALLOWED_TOOL_CIDRS opens the address) and the client its owner set (``oauth_clients``).
+  ``disconnect`` revokes at the authorization server (RFC 7009) when
   it offers revocation, then deletes the sealed tokens.
 """
 
@@ -31,7 +34,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from appliance.catalogue import store
 from appliance.db import ReadConn
@@ -210,6 +213,8 @@ def _grant(settings: Mapping[str, Any], client_secret: str | None) -> Grant:
         revocation_endpoint=settings.get("revocation_endpoint"),
         token_endpoint_auth_methods=tuple(settings.get("token_endpoint_auth_methods") or ("none",)),
         iss_parameter_supported=bool(settings.get("iss_parameter_supported")),
+        refresh_endpoint=settings.get("refresh_endpoint"),
+        spec_declared=bool(settings.get("spec_declared")),
     )
     ident = identity.ClientIdentity(
         client_id=str(settings["client_id"]),
@@ -230,6 +235,8 @@ def _settings_of(grant: Grant, redirect_uri: str = "") -> dict[str, Any]:
         "revocation_endpoint": server.revocation_endpoint,
         "token_endpoint_auth_methods": list(server.token_endpoint_auth_methods),
         "iss_parameter_supported": server.iss_parameter_supported,
+        **({"refresh_endpoint": server.refresh_endpoint} if server.refresh_endpoint else {}),
+        **({"spec_declared": True} if server.spec_declared else {}),
         "client_id": ident.client_id,
         "auth_method": ident.auth_method,
         "client_how": ident.how,
@@ -375,24 +382,18 @@ async def profile(rt: Runtime) -> identity.ClientProfile:
 
 async def start(rt: Runtime, kit: Kit, user_id: int, *, session_hash: str | None) -> dict[str, Any]:
     """Begin an authorization for ``user_id`` to ``kit``: its URL, kept until the callback."""
-    url = _oauth_url(kit)
+    url = _oauth_url(kit) if kit.source_kind != "openapi" else ""
     client = await profile(rt)
     if not client.redirect_uri:
         raise InvalidRequest(
             "connecting with OAuth needs the appliance's public URL for its callback: set "
             "TOOLSPOKE_PUBLIC_URL (the authorization server sends the browser back there)"
         )
-    prm = await discovery.resource_metadata(rt.egress, url, None)
-    if prm is None:
-        server = await discovery.legacy_server(rt.egress, url)
-        resource, supported = url, None
+    if kit.source_kind == "openapi":
+        server, ident, scopes = await _declared(rt, kit)
+        resource = ""  # the spec's flow names no RFC 8707 resource: none is sent
     else:
-        server = await discovery.server_metadata(rt.egress, prm.authorization_servers[0])
-        resource, supported = prm.resource, prm.scopes_supported
-    scopes = tuple(supported or ())
-    if server.scopes_supported and "offline_access" in server.scopes_supported:
-        scopes = tuple(dict.fromkeys((*scopes, "offline_access")))  # a refresh token, if allowed
-    ident = await identity.identify(rt.egress, server, client, rt.oauth_registered)
+        server, ident, resource, scopes = await _discovered(rt, url, client)
     if ident.grant != "authorization_code":
         raise InvalidParams("this toolkit's client does not use the authorization code flow", field="toolkit")
     pending = flow.begin(server, ident, redirect_uri=client.redirect_uri, resource=resource, scopes=scopes)
@@ -419,6 +420,103 @@ async def start(rt: Runtime, kit: Kit, user_id: int, *, session_hash: str | None
         "redirect_uri": client.redirect_uri,
         "expires_in": int(PENDING_S),
     }
+
+
+async def _discovered(
+    rt: Runtime, url: str, client: identity.ClientProfile
+) -> tuple[discovery.ServerMetadata, identity.ClientIdentity, str, tuple[str, ...]]:
+    """A remote MCP toolkit's authorization server and client identity, discovered."""
+    prm = await discovery.resource_metadata(rt.egress, url, None)
+    if prm is None:
+        server = await discovery.legacy_server(rt.egress, url)
+        resource, supported = url, None
+    else:
+        server = await discovery.server_metadata(rt.egress, prm.authorization_servers[0])
+        resource, supported = prm.resource, prm.scopes_supported
+    scopes = tuple(supported or ())
+    if server.scopes_supported and "offline_access" in server.scopes_supported:
+        scopes = tuple(dict.fromkeys((*scopes, "offline_access")))  # a refresh token, if allowed
+    ident = await identity.identify(rt.egress, server, client, rt.oauth_registered)
+    return server, ident, resource, scopes
+
+
+def declared_flow(schemes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OAuth 2.0 authorization-code flow an OpenAPI spec declares (kept at import)."""
+    for scheme in schemes.values():
+        if isinstance(scheme, dict) and isinstance(scheme.get("authorization_code"), dict):
+            return dict(scheme["authorization_code"])
+    return None
+
+
+async def _declared(
+    rt: Runtime, kit: Kit
+) -> tuple[discovery.ServerMetadata, identity.ClientIdentity, tuple[str, ...]]:
+    """An OpenAPI toolkit's spec-declared flow with the client its operator set for it.
+
+    No discovery: the spec names the endpoints. The spec is untrusted, so each endpoint goes
+    through the egress guard (and again, resolved and pinned, when it is used), and must be
+    https unless ALLOWED_TOOL_CIDRS opens its address."""
+    async with rt.db.read() as conn:
+        schemes = (await store.toolkit_egress(conn, kit.id))["security_schemes"]
+        held = await vault_conns.get_client(conn, rt.vault, kit.id)
+    declared = declared_flow(schemes)
+    if declared is None:
+        raise InvalidParams(
+            f"toolkit {kit.slug!r}: its spec declares no OAuth 2.0 authorization-code flow; "
+            "set your own token or key instead",
+            field="scheme",
+        )
+    endpoints = {
+        key: _spec_endpoint(rt, kit, str(declared[key]), key)
+        for key in ("authorization_url", "token_url", "refresh_url")
+        if declared.get(key)
+    }
+    if held is None:
+        raise InvalidRequest(
+            f"toolkit {kit.slug!r} connects through the OAuth flow its spec declares, but no OAuth "
+            f"client is set for it: its owner or an admin sets the client id registered at "
+            f"{urlsplit(endpoints['authorization_url']).hostname} (`toolspoke connections client "
+            f"{kit.slug} --client-id ID [--secret-env VAR]`, "
+            f"or PUT /api/v1/toolkits/{kit.slug}/oauth-client)",
+            field="client_id",
+        )
+    stored, secret = held
+    server = discovery.ServerMetadata(
+        issuer=None,
+        authorization_endpoint=endpoints["authorization_url"],
+        token_endpoint=endpoints["token_url"],
+        refresh_endpoint=endpoints.get("refresh_url"),
+        token_endpoint_auth_methods=(stored.auth_method,),
+        grant_types=("authorization_code", "refresh_token"),
+        spec_declared=True,
+    )
+    ident = identity.ClientIdentity(
+        stored.client_id, Secret(secret) if secret else None, stored.auth_method, "preregistered", None
+    )
+    return server, ident, tuple(str(s) for s in declared.get("scopes") or ())
+
+
+def _spec_endpoint(rt: Runtime, kit: Kit, url: str, field: str) -> str:
+    """A spec-named OAuth endpoint the egress guard accepts; else a refusal naming why."""
+    where = f"toolkit {kit.slug!r}: its spec's OAuth {field}"
+    try:
+        parsed = rt.egress.check_url(url, field=field)
+    except UpstreamError as exc:
+        raise UpstreamError(
+            f"{where} is refused by the egress guard: {exc.public_message}; nothing was stored",
+            reason="ssrf_blocked",
+            field=field,
+            data={**(exc.data or {}), "field": field},
+        ) from exc
+    if parsed.scheme != "https" and not rt.egress.policy.opens(parsed.host):
+        raise UpstreamError(
+            f"{where} is plain http ({parsed.host}); OAuth endpoints must use https unless "
+            "ALLOWED_TOOL_CIDRS opens their address; nothing was stored",
+            reason="ssrf_blocked",
+            field=field,
+            data={"rule": "https", "field": field},
+        )
+    return url
 
 
 def _oauth_url(kit: Kit) -> str:

@@ -48,6 +48,10 @@ class ServerMetadata:
     cimd_supported: bool = False
     iss_parameter_supported: bool = False
     revocation_endpoint: str | None = None  # RFC 7009, when the server offers it
+    # An OpenAPI spec's own ``authorizationCode`` flow (issue 19, item 4): endpoints declared,
+    # not discovered; no issuer is known, so an ``iss`` in the answer cannot be compared.
+    refresh_endpoint: str | None = None  # the spec's ``refreshUrl``; None: the token endpoint
+    spec_declared: bool = False
 
 
 def _split(url: str) -> tuple[str, str, str]:

@@ -79,8 +79,9 @@ def begin(
         ("code_challenge", _challenge(verifier)),
         ("code_challenge_method", "S256"),
         ("state", state),
-        ("resource", resource),
     ]
+    if resource:  # RFC 8707; an OpenAPI spec's flow names no resource (issue 19, item 4)
+        query.append(("resource", resource))
     if scopes:
         query.append(("scope", " ".join(scopes)))
     endpoint = server.authorization_endpoint
@@ -96,7 +97,8 @@ def code_from(pending: Pending, params: Mapping[str, str]) -> Secret:
         raise OAuthRefused("the authorization response does not carry our state; ignored", step="callback")
     iss = params.get("iss")
     recorded = pending.server.issuer
-    if iss is not None and iss != recorded:  # RFC 9207 §2.4, no normalisation (2026-07-28)
+    comparable = recorded is not None or not pending.server.spec_declared  # a spec names no issuer
+    if iss is not None and iss != recorded and comparable:  # RFC 9207 §2.4, no normalisation
         raise OAuthRefused(
             "the authorization response comes from another issuer than the one we asked (RFC 9207); "
             "its code is not used",
@@ -154,10 +156,14 @@ async def _token(
     identity: ClientIdentity,
     form: dict[str, str],
     requested: tuple[str, ...],
+    endpoint: str | None = None,
 ) -> TokenSet:
+    url = endpoint or server.token_endpoint
+    if not form.get("resource"):
+        form.pop("resource", None)
     headers = _authenticated(identity, form)
-    doc = await post(egress, server.token_endpoint, "token request", form=form, headers=headers)
-    return tokens_from(doc, f"the token endpoint of {host_of(server.token_endpoint)}", requested, time.time())
+    doc = await post(egress, url, "token request", form=form, headers=headers)
+    return tokens_from(doc, f"the token endpoint of {host_of(url)}", requested, time.time())
 
 
 async def exchange(egress: Egress, pending: Pending, code: Secret) -> TokenSet:
@@ -177,7 +183,7 @@ async def refresh(
     if tokens.refresh is None:
         raise OAuthRefused("there is no refresh token to refresh with", step="token")
     form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh.reveal(), "resource": resource}
-    fresh = await _token(egress, server, identity, form, tokens.scopes)
+    fresh = await _token(egress, server, identity, form, tokens.scopes, server.refresh_endpoint)
     if fresh.refresh is None:  # RFC 6749 §6: the old refresh token stays valid unless replaced
         fresh = TokenSet(fresh.access, fresh.expires_at, tokens.refresh, fresh.scopes)
     return fresh

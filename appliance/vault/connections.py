@@ -34,6 +34,10 @@ def _pending_ctx(state_hash: str) -> bytes:
     return context("oauth_pending", state_hash, "verifier")
 
 
+def _client_ctx(toolkit_id: int) -> bytes:
+    return context("oauth_clients", toolkit_id, "client_secret")
+
+
 def state_hash(state: str) -> str:
     return hashlib.sha256(state.encode()).hexdigest()
 
@@ -199,17 +203,86 @@ async def rotate(tx: WriteTx, vault: Vault, version: int) -> int:
             " WHERE toolkit_id = ? AND user_id = ? AND key_version = ?",
             (sealer.version, sealer.seal(plain, ctx), row["toolkit_id"], row["user_id"], row["key_version"]),
         )
-    return len(rows)
+    clients = await tx.all(
+        "SELECT toolkit_id, key_version, blob FROM oauth_clients WHERE key_version < ?", (version,)
+    )
+    for row in clients:
+        ctx = _client_ctx(int(row["toolkit_id"]))
+        plain = await vault.open_blob(tx, bytes(row["blob"]), ctx)
+        await tx.run(
+            "UPDATE oauth_clients SET key_version = ?, blob = ? WHERE toolkit_id = ? AND key_version = ?",
+            (sealer.version, sealer.seal(plain, ctx), row["toolkit_id"], row["key_version"]),
+        )
+    return len(rows) + len(clients)
 
 
 async def sealing(conn: ReadConn, version: int) -> int:
-    """How many connections and authorizations in flight key ``version`` still seals."""
+    """How many connections, OAuth clients and authorizations in flight key ``version`` seals."""
     row = await conn.one(
         "SELECT (SELECT COUNT(*) FROM user_connections WHERE key_version = ?)"
+        " + (SELECT COUNT(*) FROM oauth_clients WHERE key_version = ?)"
         " + (SELECT COUNT(*) FROM oauth_pending WHERE key_version = ?) AS n",
-        (version, version),
+        (version, version, version),
     )
     return int(row["n"]) if row is not None else 0
+
+
+# -- a toolkit's pre-registered OAuth client (OpenAPI toolkits) ----------------------------
+
+
+@dataclass(frozen=True)
+class StoredClient:
+    """The OAuth client an operator set for a toolkit: the id is plain, the secret sealed."""
+
+    toolkit_id: int
+    client_id: str
+    auth_method: str
+    has_secret: bool
+    updated_at: str
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "client_id": self.client_id,
+            "auth_method": self.auth_method,
+            "client_secret_set": self.has_secret,
+            "updated_at": self.updated_at,
+        }
+
+
+async def put_client(
+    tx: WriteTx, vault: Vault, toolkit_id: int, client_id: str, auth_method: str, secret: str | None
+) -> None:
+    sealed = {"client_secret": secret} if secret else {}
+    version, blob = await vault.seal(tx, dumps(sealed).encode(), _client_ctx(toolkit_id))
+    await tx.run(
+        "INSERT INTO oauth_clients (toolkit_id, client_id, auth_method, key_version, blob)"
+        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (toolkit_id) DO UPDATE SET client_id = excluded.client_id,"
+        " auth_method = excluded.auth_method, key_version = excluded.key_version, blob = excluded.blob,"
+        " updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+        (toolkit_id, client_id, auth_method, version, blob),
+    )
+
+
+async def get_client(conn: ReadConn, vault: Vault, toolkit_id: int) -> tuple[StoredClient, str | None] | None:
+    """The toolkit's client and its secret (None without one); None when none is set."""
+    row = await conn.one(
+        "SELECT client_id, auth_method, blob, updated_at FROM oauth_clients WHERE toolkit_id = ?",
+        (toolkit_id,),
+    )
+    if row is None:
+        return None
+    sealed = loads(await vault.open_blob(conn, bytes(row["blob"]), _client_ctx(toolkit_id)))
+    secret = sealed.get("client_secret") if isinstance(sealed, dict) else None
+    stored = StoredClient(
+        toolkit_id, str(row["client_id"]), str(row["auth_method"]), bool(secret), str(row["updated_at"])
+    )
+    return stored, str(secret) if secret else None
+
+
+async def delete_client(tx: WriteTx, toolkit_id: int) -> bool:
+    before = await tx.one("SELECT 1 AS x FROM oauth_clients WHERE toolkit_id = ?", (toolkit_id,))
+    await tx.run("DELETE FROM oauth_clients WHERE toolkit_id = ?", (toolkit_id,))
+    return before is not None
 
 
 # -- authorizations in flight -------------------------------------------------------------

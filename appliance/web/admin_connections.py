@@ -15,6 +15,9 @@ name another user with ``user``. Tokens are write-only: no answer carries one.
 - ``GET    /api/v1/toolkits/<slug>/connections``: the mode and who is connected (the
   toolkit's owner or an admin; names, never tokens)
 - ``PUT    /api/v1/toolkits/<slug>/connection-mode``: ``{"mode": "shared"|"per_user"}``
+- ``GET|PUT|DELETE /api/v1/toolkits/<slug>/oauth-client``: the OAuth client registered for
+  an OpenAPI toolkit's spec-declared authorization-code flow (``{"client_id": ...,
+  "client_secret": ..., "auth_method": ...}``; the secret is sealed and never answered)
 
 ``project`` comes from the query string or the body (default ``default``).
 """
@@ -83,3 +86,24 @@ async def put_mode(request: Request, slug: str) -> Any:
     return await connections.set_mode(
         request.app.ctx.rt, request.ctx.principal, slug, project(request, doc), doc.get("mode")
     )
+
+
+@bp.get("/toolkits/<slug>/oauth-client")
+@answers()
+async def get_client(request: Request, slug: str) -> Any:
+    return await connections.oauth_client(request.app.ctx.rt, request.ctx.principal, slug, project(request))
+
+
+@bp.put("/toolkits/<slug>/oauth-client")
+@answers()
+async def put_client(request: Request, slug: str) -> Any:
+    doc = body(request)
+    return await connections.set_client(
+        request.app.ctx.rt, request.ctx.principal, slug, project(request, doc), doc
+    )
+
+
+@bp.delete("/toolkits/<slug>/oauth-client")
+@answers()
+async def delete_client(request: Request, slug: str) -> Any:
+    return await connections.clear_client(request.app.ctx.rt, request.ctx.principal, slug, project(request))

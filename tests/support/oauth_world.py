@@ -64,6 +64,9 @@ class OAuthWorld:
     grants: list[tuple[str, str]] = field(default_factory=list)  # (grant_type, user)
     revoked: list[str] = field(default_factory=list)  # users whose token was revoked
     api_requests: list[str | None] = field(default_factory=list)  # the user behind each /api call
+    client_secrets: dict[str, str] = field(default_factory=dict)  # confidential clients: id → secret
+    token_paths: list[str] = field(default_factory=list)  # the path of each token request
+    authorize_queries: list[dict[str, str]] = field(default_factory=list)  # each /authorize request
     lock: threading.Lock = field(default_factory=threading.Lock)
     counter: Iterator[int] = field(default_factory=itertools.count)
 
@@ -178,8 +181,21 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": "not_found"})
 
+    def _client_authenticated(self, client_id: str, form: dict[str, str]) -> bool:
+        """A confidential client's secret, by Basic (RFC 6749 §2.3.1) or in the form."""
+        secret = self.world.client_secrets.get(client_id)
+        if secret is None:
+            return True
+        header = self.headers.get("Authorization") or ""
+        if header.startswith("Basic "):
+            pair = base64.b64decode(header[6:]).decode()
+            return pair == f"{client_id}:{secret}"
+        return form.get("client_secret") == secret
+
     def _authorize(self, q: dict[str, str]) -> None:
         w = self.world
+        with w.lock:
+            w.authorize_queries.append(dict(q))
         uris = w.clients.get(q.get("client_id", ""))
         if uris is None or q.get("redirect_uri") not in uris:
             self._send(400, {"error": "invalid_client"})
@@ -187,7 +203,7 @@ class _Handler(BaseHTTPRequestHandler):
         if (
             q.get("code_challenge_method") != "S256"
             or not q.get("code_challenge")
-            or q.get("resource") != w.mcp_url
+            or q.get("resource") not in (None, w.mcp_url)  # an OpenAPI spec's flow sends none
         ):
             self._send(400, {"error": "invalid_request"})
             return
@@ -240,7 +256,8 @@ class _Handler(BaseHTTPRequestHandler):
             client_id = f"client-{secrets.token_hex(6)}"
             self.world.clients[client_id] = list(doc.get("redirect_uris") or [])
             self._send(201, {"client_id": client_id, "token_endpoint_auth_method": "none", **doc})
-        elif path == "/token":
+        elif path in ("/token", "/refresh"):  # /refresh: an OpenAPI spec's refreshUrl
+            self.world.token_paths.append(path)
             self._token(self._form())
         elif path == "/revoke":
             form = self._form()
@@ -259,6 +276,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _token(self, form: dict[str, str]) -> None:
         w = self.world
+        header = self.headers.get("Authorization") or ""
+        if "client_id" not in form and header.startswith("Basic "):  # Basic names the client
+            form = {**form, "client_id": base64.b64decode(header[6:]).decode().split(":", 1)[0]}
         with w.lock:
             if form.get("grant_type") == "authorization_code":
                 held = w.codes.pop(form.get("code", ""), None)
@@ -271,7 +291,8 @@ class _Handler(BaseHTTPRequestHandler):
                     or held["code_challenge"] != challenge
                     or held["redirect_uri"] != form.get("redirect_uri")
                     or held["client_id"] != form.get("client_id")
-                    or form.get("resource") != w.mcp_url
+                    or form.get("resource") not in (None, w.mcp_url)
+                    or not self._client_authenticated(held["client_id"], form)
                 ):
                     self._send(400, {"error": "invalid_grant"})
                     return
@@ -349,8 +370,9 @@ class _Server(ThreadingHTTPServer):
     world: OAuthWorld
 
 
-def openapi_spec(world: OAuthWorld) -> dict[str, Any]:
-    """An OpenAPI document of ``/api/whoami`` behind the world's OAuth (authorization code)."""
+def openapi_spec(world: OAuthWorld, **urls: str) -> dict[str, Any]:
+    """An OpenAPI document of ``/api/whoami`` behind the world's OAuth (authorization code);
+    ``urls`` replace the flow's ``authorizationUrl``, ``tokenUrl`` or add a ``refreshUrl``."""
     return {
         "openapi": "3.0.3",
         "info": {"title": "oauth-world rest", "version": "1"},
@@ -364,6 +386,7 @@ def openapi_spec(world: OAuthWorld) -> dict[str, Any]:
                             "authorizationUrl": f"{world.base_url}/authorize",
                             "tokenUrl": f"{world.base_url}/token",
                             "scopes": {"tools": "use the tools"},
+                            **urls,
                         }
                     },
                 }

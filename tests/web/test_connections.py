@@ -444,8 +444,8 @@ def test_a_per_user_toolkit_without_a_shared_credential_probes_healthy_on_the_se
 def test_a_per_user_oauth_token_on_an_openapi_toolkit_is_refreshed_once_on_a_401(
     app: InProcess, keys: Any, world: OAuthWorld
 ) -> None:
-    """No connect flow reaches OpenAPI toolkits yet (issue 19 item 4), so alice's tokens are
-    sealed here as that flow would seal them; the call path is the product's."""
+    """alice's tokens are sealed here as the connect flow would seal them (that flow for
+    OpenAPI toolkits is tests/web/test_connections_openapi.py); the call path is the product's."""
     from appliance.vault import connections as vault_conns
     from tests.support.oauth_world import openapi_spec
 

@@ -73,12 +73,13 @@ def _per_user(kit: connections.Kit) -> None:
         )
 
 
-def _schemes(kit: connections.Kit) -> list[str]:
+def _schemes(kit: connections.Kit, spec_schemes: Mapping[str, Any]) -> list[str]:
     transport = (kit.connection or {}).get("transport")
     if kit.source_kind == "mcp":
         return ["oauth", "bearer", "header", "basic"] if transport in ("http", "sse") else []
     if kit.source_kind == "openapi":
-        return list(connections.STATIC_SCHEMES)
+        declared = connections.declared_flow(spec_schemes) is not None
+        return (["oauth"] if declared else []) + list(connections.STATIC_SCHEMES)
     return []
 
 
@@ -111,6 +112,7 @@ async def mine(rt: Runtime, actor: Principal, *, user: int | str | None = None) 
         for k in kits:
             connection = await store.toolkit_connection(conn, k.id)
             kit = connections.Kit(k.id, k.slug, k.project, k.source_kind, connection, "per_user")
+            spec_schemes = (await store.toolkit_egress(conn, k.id))["security_schemes"]
             stored = held.get(k.id)
             status = stored.public() if stored is not None else _NOT_CONNECTED
             out.append(
@@ -118,7 +120,7 @@ async def mine(rt: Runtime, actor: Principal, *, user: int | str | None = None) 
                     "toolkit": k.slug,
                     "project": k.project,
                     "title": k.title,
-                    "schemes": _schemes(kit),
+                    "schemes": _schemes(kit, spec_schemes),
                     "connect_url": connections.connect_url(rt, k.slug, k.project),
                     **status,
                 }
@@ -186,3 +188,60 @@ async def toolkit_connections(rt: Runtime, actor: Principal, slug: str, project:
         mode = (await store.toolkit_egress(conn, kit_id))["connection_mode"]
         who = await vault_conns.who(conn, kit_id)
     return {"toolkit": slug, "project": project, "mode": mode, "connected": who}
+
+
+_CLIENT_METHODS = ("none", "client_secret_basic", "client_secret_post")
+
+
+async def set_client(
+    rt: Runtime, actor: Principal, slug: str, project: str, doc: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The OAuth client registered for an OpenAPI toolkit's spec-declared flow (its owner or
+    an admin): ``client_id``, an optional ``client_secret`` (sealed, write-only) and
+    ``auth_method`` (default ``client_secret_basic`` with a secret, else ``none``)."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    client_id, secret = doc.get("client_id"), doc.get("client_secret")
+    if not isinstance(client_id, str) or not client_id.strip() or len(client_id) > 512:
+        raise InvalidParams(
+            "'client_id' must be the client id registered with the authorization server", field="client_id"
+        )
+    if secret is not None and (not isinstance(secret, str) or not secret or len(secret) > 512):
+        raise InvalidParams("'client_secret' must be a non-empty string", field="client_secret")
+    method = doc.get("auth_method") or ("client_secret_basic" if secret else "none")
+    if method not in _CLIENT_METHODS or (method != "none") != bool(secret):
+        raise InvalidParams(
+            f"'auth_method' must be one of {', '.join(_CLIENT_METHODS)}; none without a secret, "
+            "a client_secret_* method with one",
+            field="auth_method",
+        )
+    async with rt.db.read() as conn:
+        schemes = (await store.toolkit_egress(conn, kit_id))["security_schemes"]
+    if connections.declared_flow(schemes) is None:
+        raise InvalidParams(
+            f"toolkit {slug!r}: its spec declares no OAuth 2.0 authorization-code flow to use a client with",
+            field="toolkit",
+        )
+    async with rt.db.write() as tx:
+        await vault_conns.put_client(tx, rt.vault, kit_id, client_id.strip(), method, secret)
+    return await oauth_client(rt, actor, slug, project)
+
+
+async def oauth_client(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
+    """The toolkit's spec-declared flow and its client (id and method; never the secret)."""
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    async with rt.db.read() as conn:
+        schemes = (await store.toolkit_egress(conn, kit_id))["security_schemes"]
+        held = await vault_conns.get_client(conn, rt.vault, kit_id)
+    return {
+        "toolkit": slug,
+        "project": project,
+        "flow": connections.declared_flow(schemes),
+        "client": held[0].public() if held is not None else None,
+    }
+
+
+async def clear_client(rt: Runtime, actor: Principal, slug: str, project: str) -> dict[str, Any]:
+    kit_id = await managed_toolkit(rt, actor, slug, check_project(project))
+    async with rt.db.write() as tx:
+        removed = await vault_conns.delete_client(tx, kit_id)
+    return {"toolkit": slug, "project": project, "cleared": removed}

@@ -193,6 +193,69 @@ def test_gotify_api_key_and_authorization_parameters_are_never_inputs():
         assert not {"token", "X-Gotify-Key", "Authorization"} & set(t.input_schema["properties"])
 
 
+def test_an_oauth2_authorization_code_flow_is_kept_without_secrets():
+    """OpenAPI 3 ``flows.authorizationCode`` and Swagger 2 ``flow: accessCode``: the endpoints
+    and scope names (issue 19, item 4); an implicit or client-credentials flow is not kept."""
+    paths = {"/a": {"get": {"operationId": "a", "responses": {"200": {"description": "ok"}}}}}
+    v3 = {
+        "openapi": "3.0.0",
+        "servers": [{"url": "https://api.example.com"}],
+        "components": {
+            "securitySchemes": {
+                "o": {
+                    "type": "oauth2",
+                    "flows": {
+                        "authorizationCode": {
+                            "authorizationUrl": "https://auth.example.com/authorize",
+                            "tokenUrl": "https://auth.example.com/token",
+                            "refreshUrl": "https://auth.example.com/refresh",
+                            "scopes": {"read": "r", "write": "w"},
+                            "x-client-secret": "never kept",
+                        },
+                        "implicit": {"authorizationUrl": "https://auth.example.com/i", "scopes": {}},
+                    },
+                },
+                "cc": {
+                    "type": "oauth2",
+                    "flows": {"clientCredentials": {"tokenUrl": "https://t", "scopes": {}}},
+                },
+            }
+        },
+        "paths": paths,
+    }
+    schemes = convert_openapi(v3, "t").meta["security_schemes"]
+    assert schemes["o"]["authorization_code"] == {
+        "authorization_url": "https://auth.example.com/authorize",
+        "token_url": "https://auth.example.com/token",
+        "refresh_url": "https://auth.example.com/refresh",
+        "scopes": ["read", "write"],
+    }
+    assert schemes["cc"] == {"type": "oauth2"}
+    assert "never kept" not in json.dumps(schemes)
+    v2 = {
+        "swagger": "2.0",
+        "host": "api.example.com",
+        "securityDefinitions": {
+            "o": {
+                "type": "oauth2",
+                "flow": "accessCode",
+                "authorizationUrl": "https://auth.example.com/authorize",
+                "tokenUrl": "https://auth.example.com/token",
+                "scopes": {"read": "r"},
+            },
+            "i": {"type": "oauth2", "flow": "implicit", "authorizationUrl": "https://x/a", "scopes": {}},
+        },
+        "paths": paths,
+    }
+    schemes = convert_openapi(v2, "t").meta["security_schemes"]
+    assert schemes["o"]["authorization_code"] == {
+        "authorization_url": "https://auth.example.com/authorize",
+        "token_url": "https://auth.example.com/token",
+        "scopes": ["read"],
+    }
+    assert "authorization_code" not in schemes["i"]
+
+
 def test_an_api_key_parameter_and_forbidden_headers_are_dropped():
     doc = {
         "openapi": "3.0.0",
