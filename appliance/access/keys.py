@@ -287,6 +287,20 @@ async def authenticate_cached(db: Database, key: str) -> Principal:
     return principal
 
 
+async def still_live(conn: ReadConn, prefix: str) -> None:
+    """The key with this prefix is neither revoked nor expired now, else the failure its
+    holder would get on a new request (a long wait, a person's answer, may outlive it)."""
+    row = await conn.one(
+        f"SELECT k.revoked_at, k.expires_at, k.expires_at IS NOT NULL AND k.expires_at <= {_NOW} AS expired"
+        " FROM api_keys k WHERE k.prefix = ?",
+        (prefix,),
+    )
+    if row is None or row["revoked_at"] is not None:
+        raise _denied()
+    if row["expired"]:
+        raise _expired(row["expires_at"])
+
+
 def _denied() -> Unauthorized:
     return Unauthorized("invalid or missing API key")
 

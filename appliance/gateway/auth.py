@@ -22,3 +22,13 @@ async def authenticate(rt: Runtime, key: str, *, fresh: bool = False) -> Princip
         async with rt.db.read() as conn:
             return await keys.authenticate(conn, key)
     return await keys.authenticate_cached(rt.db, key)
+
+
+async def still_live(rt: Runtime, principal: Principal) -> None:
+    """``principal``'s key is still neither revoked nor expired (``Unauthorized`` or
+    ``KeyExpired`` otherwise): for a call that waited on a person, whose key may have been
+    revoked meanwhile. The operator and the anonymous caller hold no key."""
+    if principal.operator or principal.anonymous:
+        return
+    async with rt.db.read() as conn:
+        await keys.still_live(conn, principal.key_prefix)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from appliance.errors import ApprovalRefused, ApprovalRequired, InvalidParams
+from appliance.errors import ApprovalRefused, ApprovalRequired, InvalidParams, Unauthorized
 from appliance.gateway import approvals_inband as inband
-from appliance.gateway import tool_requests
+from appliance.gateway import auth, tool_requests
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult
 from appliance.protocol import elicitation
@@ -65,6 +65,11 @@ async def needed(
     said = inband.verdict(await ctx.elicit(await inband.elicitation(rt, prompt), prompt.wait_s()))
     if said == "none":
         return out_of_band(exc)  # nothing decided: the approval waits for the console
+    try:
+        await auth.still_live(rt, ctx.principal)  # the wait may have outlived the caller's key
+    except Unauthorized as exc:  # revoked or expired meanwhile: nothing decided, nothing run
+        text = f"{exc.public_message}; the answer was not taken and nothing was run"
+        return CallResult(content=[{"type": "text", "text": text}], is_error=True, meta=exc.payload())
     await inband.decide(rt, ctx.principal, prompt.id, said == "approve")
     return await _run_named(rt, request, prompt.id)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -20,10 +21,12 @@ import pytest
 from mcp import Client
 from mcp.client.sse import sse_client
 
+from appliance.access import keys as access_keys
 from appliance.gateway import auth
 from appliance.web.stdio import StdioFace
 from tests.rpc.test_approvals_inband import FEE, Person, Setup, meta_of
 from tests.rpc.test_approvals_inband import setup as setup  # the module's world, shared
+from tests.support.access_world import api, ok
 from tests.support.accounts import run
 
 pytestmark = pytest.mark.inprocess
@@ -75,11 +78,17 @@ def _line(msg: dict[str, Any]) -> bytes:
 
 
 def stdio_call(
-    setup: Setup, note: int, answer: dict[str, Any] | None
+    setup: Setup,
+    note: int,
+    answer: dict[str, Any] | None,
+    *,
+    key: str | None = None,
+    meanwhile: Callable[[str], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One stdio session that declared elicitation: a call of deleteNote, the ask it gets, the
-    client's ``answer`` to it; the ask and the call's response."""
-    key = setup.keys["bot"]
+    client's ``answer`` to it (after ``meanwhile``, given the key's prefix, if any); the ask and
+    the call's response."""
+    key = key or setup.keys["bot"]
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         principal = await auth.authenticate(setup.app.rt, key, fresh=True)
@@ -97,6 +106,8 @@ def stdio_call(
         await face.handle_line(_line({"id": 2, "method": "tools/call", "params": call}))
         ask = await lines.next()
         assert ask["method"] == "elicitation/create", ask
+        if meanwhile is not None:
+            await meanwhile(principal.key_prefix)
         await face.handle_line(_line({"id": ask["id"], "result": answer}))
         response = await lines.next()
         await face.drain()
@@ -119,3 +130,21 @@ def test_a_stdio_session_that_declines_runs_nothing(setup: Setup) -> None:
     result = response["result"]
     assert result["isError"] and result["_meta"]["toolspoke/reason"] == "approval_denied", response
     assert len(setup.hits) == hits and setup.balance() == before
+
+
+def test_a_yes_given_after_the_stdio_key_was_revoked_runs_nothing(setup: Setup) -> None:
+    # A stdio session presents its key once; the person may answer minutes later.
+    with api(setup.app) as admin:
+        agent = ok(admin.get("/api/v1/agents", params={"user": "pat"}))["agents"][0]["id"]
+        key = ok(admin.post("/api/v1/keys", json={"agent_id": agent}), 201)["key"]
+
+    async def revoke(prefix: str) -> None:
+        async with setup.app.rt.db.write() as tx:
+            await access_keys.revoke(tx, prefix)
+
+    before, hits = setup.balance(), len(setup.hits)
+    yes = {"action": "accept", "content": {"approve": True}}
+    _, response = stdio_call(setup, 93, yes, key=key, meanwhile=revoke)
+    result = response["result"]
+    assert result["isError"] and result["_meta"]["toolspoke/reason"] == "unauthorized", response
+    assert len(setup.hits) == hits and setup.balance() == before  # nothing sent, nothing charged
