@@ -552,6 +552,28 @@ PATHS: dict[str, dict[str, Any]] = {
             body=_obj({"mode": {"enum": ["shared", "per_user"]}, "project": {"type": "string"}}, ["mode"]),
         ),
     },
+    "/api/v1/toolkits/{slug}/oauth-client": {
+        "parameters": [_SLUG_P],
+        "get": _op(
+            "The OAuth client set for an OpenAPI toolkit's declared authorization-code flow (never its secret)",
+            {"type": "object"},
+            params=[_PROJECT_Q],
+        ),
+        "put": _op(
+            "Set that client (owner or admin): its id, and its secret sealed in the vault",
+            {"type": "object"},
+            body=_obj(
+                {
+                    "client_id": {"type": "string"},
+                    "client_secret": {"type": "string"},
+                    "auth_method": {"enum": ["none", "client_secret_basic", "client_secret_post"]},
+                    "project": {"type": "string"},
+                },
+                ["client_id"],
+            ),
+        ),
+        "delete": _op("Clear that client (owner or admin)", {"type": "object"}, params=[_PROJECT_Q]),
+    },
     # credentials, remote MCP import and caps (web/admin_credentials.py)
     "/api/v1/toolkits/{slug}/credentials": {
         "parameters": [_SLUG_P],
