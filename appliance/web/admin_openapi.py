@@ -555,7 +555,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/api/v1/toolkits/{slug}/oauth-client": {
         "parameters": [_SLUG_P],
         "get": _op(
-            "The OAuth client set for an OpenAPI toolkit's declared authorization-code flow (never its secret)",
+            "The OAuth client for an OpenAPI toolkit's declared code flow (never its secret)",
             {"type": "object"},
             params=[_PROJECT_Q],
         ),
