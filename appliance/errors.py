@@ -30,6 +30,9 @@
     │   │                                             queue's URL, how to retry); an isError result on
     │   │                                             tools/call (rpc/mcp.py)
     │   └── ConnectionRequired          403  -32008  connection_required (toolkit, project, connect_url)
+    │       └── UrlElicitationRequired  403  -32042  connection_required, and ``data.elicitations``: the
+    │                                                 connect URL as a URL-mode elicitation (2025-11-25
+    │                                                 clients that declared ``elicitation.url``)
     ├── RateLimited                     429  -32001  rate_limited     (``data.retry_after_s``)
     └── UpstreamError                   502  (an ``isError`` tool result, never a JSON-RPC error)
         reasons: upstream_timeout, upstream_too_large, upstream_invalid, upstream_tls,
@@ -221,6 +224,14 @@ class ConnectionRequired(Forbidden):
 
     rpc_code = -32008
     reason = "connection_required"
+
+
+class UrlElicitationRequired(ConnectionRequired):
+    """The same refusal said the way 2025-11-25 sanctions sending a person to a page
+    (client/elicitation.mdx, URLElicitationRequiredError): ``data.elicitations`` holds one
+    URL-mode elicitation to the connect page; ``data`` keeps ConnectionRequired's members."""
+
+    rpc_code = -32042
 
 
 class RateLimited(ApplianceError):

@@ -57,6 +57,8 @@ from appliance.models import Principal, Toolkit
 
 FIELD = "approve"  # the form's one property
 INPUT_KEY = "approval"  # the key of the input request in a 2026-07-28 input_required result
+CONNECT_KEY = "connect"  # ... and of the URL-mode elicitation to a toolkit's connect page
+CONNECT_S = 3600.0  # how long a connect state stays good: time for the person to connect
 ARGUMENTS_SHOWN = 1000  # characters of canonical arguments the person reads
 WAIT_S = 300.0  # the longest a 2025-era call waits for the person's answer
 _STATE_KEY = secrets.token_bytes(32)  # this process's: a restart voids outstanding states
@@ -203,14 +205,25 @@ def seal(principal: Principal, p: Prompt, request: str) -> str:
     return f"{_b64(body)}.{_b64(_mac(body))}"
 
 
-def unseal(principal: Principal, state: Any, request: str, now: float | None = None) -> tuple[str, bool]:
-    """The approval a retry's ``requestState`` names, and whether the retry is the request it
-    was made for (False: other arguments, another tool or endpoint). Raises InvalidParams
-    for a state this process did not seal for this principal, or one past its expiry."""
-    bad = InvalidParams(
+def seal_connect(principal: Principal, request: str, now: float | None = None) -> str:
+    """The opaque ``requestState`` of an ``input_required`` result sending the caller's person
+    to a toolkit's connect page. It carries no authority: the retry is served as a new call,
+    which runs if the connection now exists (the pipeline checks it) and asks again if not."""
+    expires = (time.time() if now is None else now) + CONNECT_S
+    body = orjson.dumps({"k": CONNECT_KEY, "p": scope_of(principal), "r": request, "e": expires})
+    return f"{_b64(body)}.{_b64(_mac(body))}"
+
+
+def _bad() -> InvalidParams:
+    return InvalidParams(
         "'requestState' is not one this server gave this caller, or it has expired: call again without it",
         field="requestState",
     )
+
+
+def _opened(principal: Principal, state: Any, now: float | None = None) -> dict[str, Any]:
+    """A state this process sealed for this principal and not yet expired (else InvalidParams)."""
+    bad = _bad()
     if not isinstance(state, str) or len(state) > _MAX_STATE or state.count(".") != 1:
         raise bad
     head, mac = state.split(".")
@@ -223,4 +236,24 @@ def unseal(principal: Principal, state: Any, request: str, now: float | None = N
     doc = orjson.loads(body)
     if doc.get("p") != scope_of(principal) or float(doc.get("e", 0)) <= (time.time() if now is None else now):
         raise bad
+    return dict(doc)
+
+
+def connecting(principal: Principal, state: Any) -> bool:
+    """Whether a retry's ``requestState`` is a connect state sealed for this principal (False:
+    anything else, which the approval's checks then refuse or take)."""
+    try:
+        return _opened(principal, state).get("k") == CONNECT_KEY
+    except InvalidParams:
+        return False
+
+
+def unseal(principal: Principal, state: Any, request: str, now: float | None = None) -> tuple[str, bool]:
+    """The approval a retry's ``requestState`` names, and whether the retry is the request it
+    was made for (False: other arguments, another tool or endpoint). Raises InvalidParams
+    for a state this process did not seal for this principal, one past its expiry, or one
+    that names no approval."""
+    doc = _opened(principal, state, now)
+    if doc.get("k", INPUT_KEY) != INPUT_KEY or "a" not in doc:
+        raise _bad()
     return str(doc["a"]), hmac.compare_digest(str(doc.get("r", "")), request)

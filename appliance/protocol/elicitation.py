@@ -15,6 +15,7 @@ METHOD = "elicitation/create"
 INPUT_REQUIRED = "input_required"
 INPUT_RESPONSES = "inputResponses"
 REQUEST_STATE = "requestState"
+URL_ELICITATION_REQUIRED = -32042  # 2025-11-25: a request that waits for a URL-mode elicitation
 
 
 def asks_forms(capabilities: Any) -> bool:
@@ -27,8 +28,24 @@ def asks_forms(capabilities: Any) -> bool:
     return not declared or isinstance(declared.get("form"), dict)
 
 
+def asks_urls(capabilities: Any) -> bool:
+    """Whether ``capabilities`` take URL-mode elicitation: an ``elicitation`` object naming
+    ``url`` (an empty one means form only)."""
+    declared = capabilities.get("elicitation") if isinstance(capabilities, dict) else None
+    return isinstance(declared, dict) and isinstance(declared.get("url"), dict)
+
+
+def url_params(url: str, message: str, elicitation_id: str | None = None) -> dict[str, Any]:
+    """A URL-mode elicitation's params (2025-11-25 names each with an ``elicitationId``;
+    2026-07-28 has none: the retry's ``requestState`` says which it was)."""
+    params: dict[str, Any] = {"mode": "url", "message": message, "url": url}
+    if elicitation_id is not None:
+        params["elicitationId"] = elicitation_id
+    return params
+
+
 def input_required(key: str, params: dict[str, Any], state: str) -> dict[str, Any]:
-    """An ``input_required`` result asking one form-mode elicitation under ``key``."""
+    """An ``input_required`` result asking one elicitation (form or URL mode) under ``key``."""
     return {
         "resultType": INPUT_REQUIRED,
         "inputRequests": {key: {"method": METHOD, "params": params}},

@@ -15,14 +15,31 @@ ask its user (issue 20 item 3); the rules are ``gateway/approvals_inband.py``'s.
   then the answer decided, then the call run with the approval named, as any retry is.
 - Otherwise (no capability, an approval that needs the toolkit's owner or an admin) the
   out-of-band answer: an ``isError`` result with the approval's id, queue URL and how to retry.
+
+A call refused for want of the person's connection to a ``per_user`` toolkit (issue 19 item 2,
+``ConnectionRequired``, nothing sent) sends the person to the console's Connections page the
+way the protocol sanctions, where the client declared URL-mode elicitation and the page's URL
+is absolute (``TOOLSPOKE_PUBLIC_URL``): a 2025-era session gets ``URLElicitationRequiredError``
+(-32042) with the elicitation in ``data.elicitations``; a 2026-07-28 request gets an
+``input_required`` result with a URL-mode elicitation and a sealed connect ``requestState``,
+and its retry is served as a new call (it runs once connected, asks again if not, and a
+declined or cancelled answer gets -32008). Otherwise -32008, as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from typing import TYPE_CHECKING, Any
 
-from appliance.errors import ApprovalRefused, ApprovalRequired, InvalidParams, Unauthorized
+from appliance.errors import (
+    ApprovalRefused,
+    ApprovalRequired,
+    ConnectionRequired,
+    InvalidParams,
+    Unauthorized,
+    UrlElicitationRequired,
+)
 from appliance.gateway import approvals_inband as inband
 from appliance.gateway import auth, tool_requests
 from appliance.gateway.runtime import Runtime
@@ -74,9 +91,44 @@ async def needed(
     return await _run_named(rt, request, prompt.id)
 
 
+def connection_needed(
+    ctx: CallContext, request: tool_requests.ToolsCall, exc: ConnectionRequired
+) -> dict[str, Any]:
+    """The answer to a call refused for want of the person's connection: 2026-07-28's
+    ``input_required`` result (as it goes on the wire) sending them to the connect page, or
+    raises: -32042 for a 2025-era session that takes URL mode, else ``exc`` itself (-32008)."""
+    url = exc.data.get("connect_url")
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+        raise exc  # no public URL: a relative path is no page a client could open
+    slug, project = exc.data.get("toolkit"), exc.data.get("project")
+    message = (
+        f"Toolkit {slug!r} (project {project!r}) acts as each person: connect your own account "
+        "on this toolspoke page, then retry the call. Nothing was sent."
+    )
+    if ctx.modern:
+        if not elicitation.asks_urls(ctx.client_capabilities) or _declined(request.params):
+            raise exc
+        state = inband.seal_connect(ctx.principal, inband.request_of(ctx.toolkit, request.params))
+        return elicitation.input_required(inband.CONNECT_KEY, elicitation.url_params(url, message), state)
+    if not ctx.asks_urls:
+        raise exc
+    asked = elicitation.url_params(url, message, secrets.token_urlsafe(16))
+    raise UrlElicitationRequired(exc.public_message, data={**exc.data, "elicitations": [asked]})
+
+
+def _declined(params: dict[str, Any]) -> bool:
+    """Whether a retry answers the connect elicitation with a decline or a cancel."""
+    responses = params.get(elicitation.INPUT_RESPONSES)
+    answer = responses.get(inband.CONNECT_KEY) if isinstance(responses, dict) else None
+    return isinstance(answer, dict) and answer.get("action") in ("decline", "cancel")
+
+
 async def resume(rt: Runtime, ctx: CallContext, request: tool_requests.ToolsCall) -> CallResult:
-    """A 2026-07-28 retry carrying the answer: checked, decided, run with the approval named."""
+    """A 2026-07-28 retry carrying the answer: checked, decided, run with the approval named.
+    The retry of a connect elicitation is served as a new call (its state carries no right)."""
     params = request.params
+    if inband.connecting(ctx.principal, params.get(elicitation.REQUEST_STATE)):
+        return await tool_requests.serve(rt, request)
     try:
         approval_id, same = inband.unseal(
             ctx.principal, params.get(elicitation.REQUEST_STATE), inband.request_of(ctx.toolkit, params)

@@ -20,6 +20,7 @@ from appliance.errors import (
     ApprovalRefused,
     ApprovalRequired,
     ArgumentsInvalid,
+    ConnectionRequired,
     InvalidParams,
     MethodNotFound,
     MissingClientCapability,
@@ -73,6 +74,8 @@ class CallContext:
     # channel) and waits, bounded, for the result (None: no answer). None: the client
     # declared no elicitation, or the channel cannot carry a request.
     elicit: Elicit | None = None
+    # 2025 era: the session's client declared URL-mode elicitation at initialize.
+    asks_urls: bool = False
 
 
 def _identity(kit: Toolkit | None) -> tuple[dict[str, Any], str]:
@@ -194,6 +197,10 @@ async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> 
         return answer if isinstance(answer, dict) else tool_result(answer)
     except ApprovalRefused as exc:  # names an approval that does not cover it
         return tool_result(inband.out_of_band(exc))
+    except ConnectionRequired as exc:
+        # Nothing sent: the person must connect. Sent to the connect page in band where the
+        # client takes URL-mode elicitation (-32042, or input_required), else -32008.
+        return inband.connection_needed(ctx, request, exc)
     except ArgumentsInvalid as exc:
         # 2025-11-25 moved input-validation failures into tool results so the model can
         # correct itself; earlier revisions expect a protocol error with the path.

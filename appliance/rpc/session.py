@@ -156,6 +156,7 @@ class Session:
             notify=notify,
             log_level=self.log_level,
             elicit=self.asker(notify),
+            asks_urls=elicitation.asks_urls(self.client_capabilities),
         )
         ctx.set_log_level = self.set_log_level
         return ctx
