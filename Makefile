@@ -48,7 +48,10 @@ run: $(VENV)/.installed
 	TOOLSPOKE_DATA_DIR=$(DATA) $(BIN)/toolspoke serve
 
 ## test: lint, type-check and run every test (installs test deps and npm peers)
-test: lint unit
+# Lint and the tests side by side (make -j2): ruff's and mypy's half minute of CPU falls in the
+# gaps the tests leave while they wait on processes; each target's output is kept whole.
+test: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint unit
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check appliance tests build
