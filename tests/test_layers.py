@@ -100,7 +100,8 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "uvloop": ("cli/common",),
     "sqlean": ("db",),
     "sqlite_vec": ("db",),
-    "cryptography": ("vault/crypto",),
+    # the vault's AEAD; the OAuth client's ES256 signatures (private_key_jwt, DPoP proofs)
+    "cryptography": ("vault/crypto", "oauthclient/jose"),
     "httpx": ("egress", "mcpclient/http_transport"),
     "ahocorasick": ("secret",),
     "onnxruntime": ("search/embedders",),

@@ -7,8 +7,9 @@ against: the ``state``, and the issuer of the validated metadata (RFC 9207).
 ``iss`` as the 2026-07-28 table says, with simple string comparison, and only then an
 ``error``), before any code goes to a token endpoint. ``exchange``, ``refresh`` and
 ``client_credentials`` call the token endpoint with the client authentication the
-identity carries (none, ``client_secret_basic`` or ``client_secret_post``). A token answer
-must be a JSON object with a bearer ``access_token``; nothing else it says is kept.
+identity carries (none, ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``,
+RFC 7523 §2.2). A token answer must be a JSON object with a bearer ``access_token``; nothing
+else it says is kept.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from urllib.parse import quote, urlencode
 
 from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
+from appliance.oauthclient import jose
 from appliance.oauthclient.challenge import scopes_of
 from appliance.oauthclient.discovery import ServerMetadata
 from appliance.oauthclient.documents import MAX_DOCUMENT, OAuthRefused, host_of, post
@@ -119,13 +121,21 @@ def code_from(pending: Pending, params: Mapping[str, str]) -> Secret:
     return Secret(code_value)
 
 
-def _authenticated(identity: ClientIdentity, form: dict[str, str]) -> dict[str, str]:
-    """Put the client's authentication on a token request; the headers it needs."""
+def _authenticated(identity: ClientIdentity, form: dict[str, str], audience: str) -> dict[str, str]:
+    """Put the client's authentication on a token request; the headers it needs.
+
+    ``audience`` is the authorization server as a ``private_key_jwt`` assertion names it (its
+    issuer, else the endpoint the request goes to: RFC 7523 §3).
+    """
     if identity.auth_method == "client_secret_basic" and identity.client_secret is not None:
         # RFC 6749 §2.3.1: both parts form-urlencoded before the Basic encoding.
         pair = f"{quote(identity.client_id, safe='')}:{quote(identity.client_secret.reveal(), safe='')}"
         return {"Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
     form["client_id"] = identity.client_id
+    if identity.auth_method == "private_key_jwt" and identity.private_key is not None:
+        key = jose.SigningKey.from_pem(identity.private_key)
+        form["client_assertion_type"] = jose.ASSERTION_TYPE
+        form["client_assertion"] = jose.client_assertion(key, identity.client_id, audience).reveal()
     if identity.auth_method == "client_secret_post" and identity.client_secret is not None:
         form["client_secret"] = identity.client_secret.reveal()
     return {}
@@ -161,7 +171,7 @@ async def _token(
     url = endpoint or server.token_endpoint
     if not form.get("resource"):
         form.pop("resource", None)
-    headers = _authenticated(identity, form)
+    headers = _authenticated(identity, form, server.issuer or url)
     doc = await post(egress, url, "token request", form=form, headers=headers)
     return tokens_from(doc, f"the token endpoint of {host_of(url)}", requested, time.time())
 
@@ -212,7 +222,7 @@ async def revoke(
     headers = {
         "Accept": "application/json",
         "Content-Type": "application/x-www-form-urlencoded",
-        **_authenticated(identity, form),
+        **_authenticated(identity, form, server.issuer or server.revocation_endpoint),
     }
     try:
         answer = await egress.send(

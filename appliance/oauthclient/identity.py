@@ -43,6 +43,7 @@ class PreRegistered:
     client_secret: Secret | None = None
     auth_method: str | None = None  # None: what the server supports, Basic first
     grant: str = "authorization_code"  # or "client_credentials" (no person involved)
+    private_key: Secret | None = None  # PEM: private_key_jwt (RFC 7523 §2.2) instead of a secret
 
 
 @dataclass(frozen=True)
@@ -70,10 +71,11 @@ class ClientProfile:
 class ClientIdentity:
     client_id: str
     client_secret: Secret | None
-    auth_method: str  # client_secret_basic, client_secret_post or none
+    auth_method: str  # client_secret_basic, client_secret_post, private_key_jwt or none
     how: str  # preregistered, cimd or dcr
     issuer: str | None
     grant: str = "authorization_code"
+    private_key: Secret | None = None  # PEM, for private_key_jwt
 
 
 def is_client_id_url(url: str) -> bool:
@@ -129,8 +131,13 @@ def _application_type(redirect_uri: str) -> str:
 
 
 def _identity(server: ServerMetadata, pre: PreRegistered, issuer: str) -> ClientIdentity:
-    method = _method(server, pre.client_secret is not None, pre.auth_method)
-    return ClientIdentity(pre.client_id, pre.client_secret, method, "preregistered", issuer, pre.grant)
+    if pre.private_key is not None:  # a key is used only as private_key_jwt, never offered as none
+        method = _method(server, True, pre.auth_method or "private_key_jwt")
+    else:
+        method = _method(server, pre.client_secret is not None, pre.auth_method)
+    return ClientIdentity(
+        pre.client_id, pre.client_secret, method, "preregistered", issuer, pre.grant, pre.private_key
+    )
 
 
 async def identify(

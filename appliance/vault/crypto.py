@@ -1,4 +1,4 @@
-"""AEAD seal/open with key versions: the only module that imports ``cryptography``.
+"""AEAD seal/open with key versions: the vault's only module that imports ``cryptography``.
 
 A sealed blob is self-describing (RELIABILITY VAULT-05)::
 

@@ -64,8 +64,8 @@ AUTH_SCENARIOS = tuple(
         "iss-normalized",
         "metadata-issuer-mismatch",
         "client-credentials-basic",
-        # extensions the client does not implement: baselined with their reasons
         "client-credentials-jwt",
+        # extensions the client does not implement: baselined with their reasons
         "enterprise-managed-authorization",
         "dpop",
         "dpop-nonce",
@@ -82,7 +82,6 @@ CLIENT_MAY_FAIL = {
     "auth/iss-unexpected",
     "auth/iss-normalized",
     "auth/metadata-issuer-mismatch",
-    "auth/client-credentials-jwt",
     "auth/enterprise-managed-authorization",
     "auth/dpop",
     "auth/dpop-nonce",

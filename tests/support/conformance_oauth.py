@@ -57,6 +57,7 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
         }
     )
     pre: tuple[PreRegistered, ...] = ()
+    grant = "client_credentials" if scenario.startswith("auth/client-credentials") else "authorization_code"
     if isinstance(context.get("client_id"), str):
         issuer = context.get("issuer")
         pre = (
@@ -64,9 +65,8 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
                 issuer=issuer if isinstance(issuer, str) else None,
                 client_id=context["client_id"],
                 client_secret=Secret(context["client_secret"]) if context.get("client_secret") else None,
-                grant="client_credentials"
-                if scenario.startswith("auth/client-credentials")
-                else "authorization_code",
+                private_key=Secret(context["private_key_pem"]) if context.get("private_key_pem") else None,
+                grant=grant,
             ),
         )
     return ClientProfile.from_settings(settings, pre)
