@@ -14,7 +14,8 @@ changed". The rules:
 The authorization step itself is ``authorize``: handed the ``Pending`` request (its URL),
 it returns the redirect's query parameters. In production that is a person's browser and
 the appliance's ``/oauth/callback`` (later work); nothing here opens or fetches that URL.
-A ``PreRegistered`` client with the ``client_credentials`` grant needs no person at all.
+A ``PreRegistered`` client with the ``client_credentials`` grant, or a workload's JWT for the
+jwt-bearer grant (RFC 7523 §2.1), needs no person at all.
 Tokens live only in this object, as ``Secret``s; nothing is kept of a failed attempt.
 """
 
@@ -30,7 +31,7 @@ from appliance.egress.transport import Egress
 from appliance.oauthclient import challenge as challenges
 from appliance.oauthclient import discovery, flow
 from appliance.oauthclient.documents import OAuthRefused
-from appliance.oauthclient.identity import ClientIdentity, ClientProfile, identify
+from appliance.oauthclient.identity import JWT_BEARER, ClientIdentity, ClientProfile, identify
 from appliance.secret import Secret
 
 EARLY_S = 60.0  # refresh this long before the stated expiry
@@ -164,6 +165,8 @@ class OAuthConnector:
         identity = await identify(self.egress, server, self.profile, self._registered)
         if identity.grant == "client_credentials":
             tokens = await flow.client_credentials(self.egress, server, identity, resource, scopes)
+        elif identity.grant == JWT_BEARER:
+            tokens = await flow.jwt_bearer(self.egress, server, identity, resource, scopes)
         else:
             if not self.profile.redirect_uri:
                 raise OAuthRefused(

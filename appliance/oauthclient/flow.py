@@ -5,11 +5,11 @@
 against: the ``state``, and the issuer of the validated metadata (RFC 9207).
 ``code_from`` checks the redirect's parameters in the specification's order (state, then
 ``iss`` as the 2026-07-28 table says, with simple string comparison, and only then an
-``error``), before any code goes to a token endpoint. ``exchange``, ``refresh`` and
-``client_credentials`` call the token endpoint with the client authentication the
-identity carries (none, ``client_secret_basic``, ``client_secret_post`` or ``private_key_jwt``,
-RFC 7523 §2.2). A token answer must be a JSON object with a bearer ``access_token``; nothing
-else it says is kept.
+``error``), before any code goes to a token endpoint. ``exchange``, ``refresh``,
+``client_credentials`` and ``jwt_bearer`` (RFC 7523 §2.1) call the token endpoint with the
+client authentication the identity carries (none, ``client_secret_basic``,
+``client_secret_post`` or ``private_key_jwt``, RFC 7523 §2.2). A token answer must be a JSON
+object with a bearer ``access_token``; nothing else it says is kept.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from appliance.oauthclient import jose
 from appliance.oauthclient.challenge import scopes_of
 from appliance.oauthclient.discovery import ServerMetadata
 from appliance.oauthclient.documents import MAX_DOCUMENT, OAuthRefused, host_of, post
-from appliance.oauthclient.identity import ClientIdentity
+from appliance.oauthclient.identity import JWT_BEARER, ClientIdentity
 from appliance.secret import Secret
 
 DEFAULT_LIFETIME_S = 3600.0  # no expires_in: RFC 6749 leaves it to the server
@@ -203,6 +203,22 @@ async def client_credentials(
     egress: Egress, server: ServerMetadata, identity: ClientIdentity, resource: str, scopes: tuple[str, ...]
 ) -> TokenSet:
     form = {"grant_type": "client_credentials", "resource": resource}
+    if scopes:
+        form["scope"] = " ".join(scopes)
+    return await _token(egress, server, identity, form, scopes)
+
+
+async def jwt_bearer(
+    egress: Egress, server: ServerMetadata, identity: ClientIdentity, resource: str, scopes: tuple[str, ...]
+) -> TokenSet:
+    """RFC 7523 §2.1: the identity's JWT (a workload's, issued by its platform) as the grant.
+
+    A refusal is final: the same assertion will not do better, and no other grant is tried
+    in its place (SEP-1933).
+    """
+    if identity.assertion is None:
+        raise OAuthRefused("the client has no JWT to present for the jwt-bearer grant", step="token")
+    form = {"grant_type": JWT_BEARER, "assertion": identity.assertion.reveal(), "resource": resource}
     if scopes:
         form["scope"] = " ".join(scopes)
     return await _token(egress, server, identity, form, scopes)

@@ -32,6 +32,8 @@ _WITH_SECRET = ("client_secret_basic", "client_secret_post")
 METHODS = (*_WITH_SECRET, "none")
 _MAX_ID = 512
 _FIRST_USE = "\0pre-registered"  # the key of a pre-registered client bound on first use
+# RFC 7523 §2.1: a JWT as the authorization grant (workload identity federation, SEP-1933)
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,9 @@ class PreRegistered:
     client_id: str
     client_secret: Secret | None = None
     auth_method: str | None = None  # None: what the server supports, Basic first
-    grant: str = "authorization_code"  # or "client_credentials" (no person involved)
+    grant: str = "authorization_code"  # or "client_credentials", JWT_BEARER (no person involved)
     private_key: Secret | None = None  # PEM: private_key_jwt (RFC 7523 §2.2) instead of a secret
+    assertion: Secret | None = None  # JWT_BEARER: the workload's JWT, issued by its platform
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class ClientIdentity:
     issuer: str | None
     grant: str = "authorization_code"
     private_key: Secret | None = None  # PEM, for private_key_jwt
+    assertion: Secret | None = None  # the JWT a JWT_BEARER grant presents
 
 
 def is_client_id_url(url: str) -> bool:
@@ -136,7 +140,14 @@ def _identity(server: ServerMetadata, pre: PreRegistered, issuer: str) -> Client
     else:
         method = _method(server, pre.client_secret is not None, pre.auth_method)
     return ClientIdentity(
-        pre.client_id, pre.client_secret, method, "preregistered", issuer, pre.grant, pre.private_key
+        pre.client_id,
+        pre.client_secret,
+        method,
+        "preregistered",
+        issuer,
+        pre.grant,
+        pre.private_key,
+        pre.assertion,
     )
 
 

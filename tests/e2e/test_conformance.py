@@ -65,11 +65,11 @@ AUTH_SCENARIOS = tuple(
         "metadata-issuer-mismatch",
         "client-credentials-basic",
         "client-credentials-jwt",
+        "wif-jwt-bearer",
         # extensions the client does not implement: baselined with their reasons
         "enterprise-managed-authorization",
         "dpop",
         "dpop-nonce",
-        "wif-jwt-bearer",
     )
 )
 CLIENT_SCENARIOS = ("initialize", "tools_call", "sse-retry", *AUTH_SCENARIOS)
@@ -85,7 +85,6 @@ CLIENT_MAY_FAIL = {
     "auth/enterprise-managed-authorization",
     "auth/dpop",
     "auth/dpop-nonce",
-    "auth/wif-jwt-bearer",
 }
 
 

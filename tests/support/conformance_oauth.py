@@ -29,7 +29,7 @@ from appliance.egress.transport import Egress
 from appliance.mcpclient.http_transport import connect_http
 from appliance.oauthclient.connector import OAuthConnector
 from appliance.oauthclient.flow import Pending
-from appliance.oauthclient.identity import ClientProfile, PreRegistered
+from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, PreRegistered
 from appliance.secret import Secret
 
 # The suite expects this client_id from a client that offers a Client ID Metadata Document
@@ -57,7 +57,11 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
         }
     )
     pre: tuple[PreRegistered, ...] = ()
-    grant = "client_credentials" if scenario.startswith("auth/client-credentials") else "authorization_code"
+    grant = "authorization_code"
+    if scenario.startswith("auth/client-credentials"):
+        grant = "client_credentials"
+    elif context.get("valid_jwt"):
+        grant = JWT_BEARER
     if isinstance(context.get("client_id"), str):
         issuer = context.get("issuer")
         pre = (
@@ -66,6 +70,8 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
                 client_id=context["client_id"],
                 client_secret=Secret(context["client_secret"]) if context.get("client_secret") else None,
                 private_key=Secret(context["private_key_pem"]) if context.get("private_key_pem") else None,
+                # the workload's platform-issued JWT (auth/wif-jwt-bearer gives a valid one)
+                assertion=Secret(context["valid_jwt"]) if context.get("valid_jwt") else None,
                 grant=grant,
             ),
         )

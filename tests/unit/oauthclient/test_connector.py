@@ -22,7 +22,7 @@ from appliance.egress.transport import Egress
 from appliance.oauthclient.connector import OAuthConnector
 from appliance.oauthclient.documents import OAuthRefused
 from appliance.oauthclient.flow import Pending
-from appliance.oauthclient.identity import ClientProfile, PreRegistered
+from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, PreRegistered
 from appliance.secret import Secret
 from tests.support.recording_upstream import serving
 
@@ -349,3 +349,33 @@ def test_authorizations_are_bounded_whatever_the_server_says() -> None:
     with pytest.raises(OAuthRefused, match="giving up"):
         run(conn.challenged(401, CHALLENGE, {"Authorization": "Bearer t"}))
     assert len(browser.asked) == 3
+
+
+# -- the jwt-bearer grant (RFC 7523 §2.1, workload identity federation) --------------------------
+
+
+def test_a_workload_jwt_is_presented_as_the_grant_and_a_refusal_is_final() -> None:
+    world, browser = World(), Browser()
+    world.metadata["token_endpoint_auth_methods_supported"] = ["none"]
+    pre = PreRegistered(
+        issuer=AS, client_id="workload", assertion=Secret("eyJ.the-jwt.sig"), grant=JWT_BEARER
+    )
+    conn = connector(world, browser, profile=ClientProfile(PROFILE.redirect_uri, None, (pre,)))
+    assert run(conn.challenged(401, CHALLENGE, {})) is True
+    form = dict(parse_qsl(world.seen[-1][2].decode()))
+    assert form == {
+        "grant_type": JWT_BEARER,
+        "assertion": "eyJ.the-jwt.sig",
+        "resource": MCP,
+        "scope": "read",
+        "client_id": "workload",
+    }
+    assert browser.asked == [] and run(conn.headers()) == {"Authorization": "Bearer at-1"}
+
+    world = World()
+    world.metadata["token_endpoint_auth_methods_supported"] = ["none"]
+    world.routes["POST /token"] = lambda _: js({"error": "invalid_grant", "error_description": "eyJ.x"}, 400)
+    conn = connector(world, browser, profile=ClientProfile(PROFILE.redirect_uri, None, (pre,)))
+    caught = refused(conn)
+    assert "invalid_grant" in str(caught) and "eyJ" not in str(caught)
+    assert world.paths().count("POST /token") == 1 and browser.asked == []  # no retry, no other grant
