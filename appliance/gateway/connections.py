@@ -293,10 +293,12 @@ class UserOAuth:
             if not await self._refresh():
                 raise required(self.rt, tool.toolkit, tool.project, why="needs to reconnect")
 
-    async def headers(self) -> dict[str, str]:
+    async def headers(self, method: str, url: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens.access.reveal()}"}
 
-    async def challenged(self, status: int, www_authenticate: str | None, sent: dict[str, str]) -> bool:
+    async def challenged(
+        self, status: int, www_authenticate: str | None, sent: dict[str, str], dpop_nonce: str | None = None
+    ) -> bool:
         """A 401 refreshes once per access token; anything else is the upstream's answer."""
         async with self._lock:
             if sent.get("Authorization") != f"Bearer {self.tokens.access.reveal()}":

@@ -55,14 +55,17 @@ _AUTH_ROUNDS = 4  # sends of one message at most while its credential answers ch
 class HttpAuth(Protocol):
     """A credential that answers challenges (``oauthclient.connector.OAuthConnector``).
 
-    ``headers`` are added to every request; on a 401 or 403 the transport hands over the
-    status, the ``WWW-Authenticate`` header and the headers it had sent, and sends the
-    request again when ``challenged`` answers True (a refused request did not act upstream).
+    ``headers`` are added to every request (its method and URL: a DPoP proof names both); on a
+    401 or 403 the transport hands over the status, the ``WWW-Authenticate`` header, the
+    headers it had sent and the answer's ``DPoP-Nonce`` (RFC 9449 §9), and sends the request
+    again when ``challenged`` answers True (a refused request did not act upstream).
     """
 
-    async def headers(self) -> dict[str, str]: ...
+    async def headers(self, method: str, url: str) -> dict[str, str]: ...
 
-    async def challenged(self, status: int, www_authenticate: str | None, sent: dict[str, str]) -> bool: ...
+    async def challenged(
+        self, status: int, www_authenticate: str | None, sent: dict[str, str], dpop_nonce: str | None = None
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -232,13 +235,13 @@ class StreamableHttpTransport:
         for _ in range(_AUTH_ROUNDS):
             headers = self._headers(message)
             if self.auth is not None:
-                headers.update(await self.auth.headers())
+                headers.update(await self.auth.headers("POST", self.url))
             refused = await self._post(message, headers, content, session, timeout_s)
             if refused is None:
                 return
-            status, www_authenticate = refused
+            status, www_authenticate, dpop_nonce = refused
             assert self.auth is not None
-            if not await self.auth.challenged(status, www_authenticate, headers):
+            if not await self.auth.challenged(status, www_authenticate, headers, dpop_nonce):
                 raise UpstreamError(
                     f"{self.host} rejected the credentials (HTTP {status})",
                     reason="upstream_unavailable",
@@ -256,8 +259,8 @@ class StreamableHttpTransport:
         content: bytes,
         session: McpSession,
         timeout_s: float | None,
-    ) -> tuple[int, str | None] | None:
-        """One POST of ``message``; (status, challenge) when the credential must answer first."""
+    ) -> tuple[int, str | None, str | None] | None:
+        """One POST of ``message``; (status, challenge, DPoP nonce) when the credential must answer."""
         is_request = "method" in message and "id" in message
         origin: RequestId | None = message["id"] if is_request else None
         legacy_request = SESSION_HEADER in headers
@@ -279,7 +282,7 @@ class StreamableHttpTransport:
                 self.session_id = None
                 raise SessionExpired(f"{self.host} no longer knows our session (HTTP 404)")
             if status in (401, 403) and self.auth is not None:
-                return status, answer.headers.get("www-authenticate")
+                return status, answer.headers.get("www-authenticate"), answer.headers.get("dpop-nonce")
             if status >= 400:
                 await self._refusal(answer, origin, session)
                 return None
@@ -361,7 +364,7 @@ class StreamableHttpTransport:
             await asyncio.sleep(retry_ms / 1000)
             headers = {**self.headers, "Accept": "text/event-stream", "Last-Event-ID": last_id}
             if self.auth is not None:
-                headers.update(await self.auth.headers())
+                headers.update(await self.auth.headers("GET", self.url))
             if self._legacy_version:
                 headers[VERSION_HEADER] = self._legacy_version
             if self.session_id:
@@ -414,7 +417,7 @@ class StreamableHttpTransport:
         headers = {**self.headers, SESSION_HEADER: session_id}
         if self.auth is not None:
             with contextlib.suppress(UpstreamError):
-                headers.update(await self.auth.headers())
+                headers.update(await self.auth.headers("DELETE", self.url))
         if self._legacy_version:
             headers[VERSION_HEADER] = self._legacy_version
         try:

@@ -95,5 +95,9 @@ def parse(header: str | None) -> list[Challenge]:
 
 
 def bearer(header: str | None) -> Challenge | None:
-    """The ``Bearer`` challenge of a ``WWW-Authenticate`` header, if it has one."""
-    return next((c for c in parse(header) if c.scheme == "bearer"), None)
+    """The ``Bearer`` challenge of a ``WWW-Authenticate`` header, else its ``DPoP`` one
+    (RFC 9449 §7.1: the same parameters), if it has either."""
+    found = parse(header)
+    return next((c for c in found if c.scheme == "bearer"), None) or next(
+        (c for c in found if c.scheme == "dpop"), None
+    )

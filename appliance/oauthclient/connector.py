@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from appliance.egress.transport import Egress
 from appliance.oauthclient import challenge as challenges
-from appliance.oauthclient import discovery, flow
+from appliance.oauthclient import discovery, flow, jose
 from appliance.oauthclient.documents import OAuthRefused
 from appliance.oauthclient.identity import JWT_BEARER, ClientIdentity, ClientProfile, identify
 from appliance.secret import Secret
@@ -75,13 +75,19 @@ class OAuthConnector:
         self._refreshed: Secret | None = None  # the token a 401 already refreshed
         self._registered: dict[str, ClientIdentity] = {}
         self._lock = asyncio.Lock()
+        # RFC 9449: made when an authorization server first offers ES256 DPoP, for this
+        # connection only; its tokens are then bound to it and sent with a proof each time.
+        self.dpop: flow.Dpop | None = None
 
     def secrets(self) -> list[str]:
         """Every token this connector holds, for redaction."""
         held = [self.tokens.access, self.tokens.refresh] if self.tokens else []
         return [s.reveal() for s in held if s is not None]
 
-    async def headers(self) -> dict[str, str]:
+    def _authorization(self) -> str | None:
+        return f"{self.tokens.kind} {self.tokens.access.reveal()}" if self.tokens else None
+
+    async def headers(self, method: str = "POST", url: str = "") -> dict[str, str]:
         async with self._lock:
             tokens = self.tokens
             if (
@@ -94,17 +100,28 @@ class OAuthConnector:
                     await self._refresh()
             if self.tokens is None:
                 return {}
-            return {"Authorization": f"Bearer {self.tokens.access.reveal()}"}
+            out = {"Authorization": f"{self.tokens.kind} {self.tokens.access.reveal()}"}
+            if self.tokens.kind == "DPoP" and self.dpop is not None:
+                out["DPoP"] = self.dpop.proof(method, url or self.server_url, self.tokens.access)
+            return out
 
-    async def challenged(self, status: int, www_authenticate: str | None, sent: dict[str, str]) -> bool:
+    async def challenged(
+        self, status: int, www_authenticate: str | None, sent: dict[str, str], dpop_nonce: str | None = None
+    ) -> bool:
         """True when the request should be sent again with fresh ``headers()``."""
         found = challenges.bearer(www_authenticate)
         async with self._lock:
-            if (
-                self.tokens is not None
-                and sent.get("Authorization") != f"Bearer {self.tokens.access.reveal()}"
-            ):
+            if self.tokens is not None and sent.get("Authorization") != self._authorization():
                 return True  # another request already replaced the token it carried
+            if (
+                status == 401
+                and found is not None
+                and found.error == "use_dpop_nonce"
+                and self.dpop is not None
+                and "DPoP" in sent
+            ):
+                # RFC 9449 §9: send again with the server's nonce, only when it is a new one.
+                return self.dpop.learn(self.server_url, dpop_nonce)
             if status == 401:
                 if (
                     self.tokens is not None
@@ -134,7 +151,7 @@ class OAuthConnector:
         grant = self.grant
         try:
             self.tokens = await flow.refresh(
-                self.egress, grant.server, grant.identity, self.tokens, grant.resource
+                self.egress, grant.server, grant.identity, self.tokens, grant.resource, self.dpop
             )
             self.refreshes += 1
         except OAuthRefused:
@@ -163,10 +180,13 @@ class OAuthConnector:
         if scopes and server.scopes_supported and "offline_access" in server.scopes_supported:
             scopes = tuple(dict.fromkeys((*scopes, "offline_access")))  # a refresh token, if the AS allows
         identity = await identify(self.egress, server, self.profile, self._registered)
+        if self.dpop is None and jose.ALGORITHM in server.dpop_algs:
+            self.dpop = flow.Dpop()
+        dpop = self.dpop if jose.ALGORITHM in server.dpop_algs else None
         if identity.grant == "client_credentials":
-            tokens = await flow.client_credentials(self.egress, server, identity, resource, scopes)
+            tokens = await flow.client_credentials(self.egress, server, identity, resource, scopes, dpop)
         elif identity.grant == JWT_BEARER:
-            tokens = await flow.jwt_bearer(self.egress, server, identity, resource, scopes)
+            tokens = await flow.jwt_bearer(self.egress, server, identity, resource, scopes, dpop)
         else:
             if not self.profile.redirect_uri:
                 raise OAuthRefused(
@@ -177,6 +197,6 @@ class OAuthConnector:
                 server, identity, redirect_uri=self.profile.redirect_uri, resource=resource, scopes=scopes
             )
             params = await self.authorize(pending)
-            tokens = await flow.exchange(self.egress, pending, flow.code_from(pending, params))
+            tokens = await flow.exchange(self.egress, pending, flow.code_from(pending, params), dpop)
         self.requested = tuple(dict.fromkeys((*self.requested, *scopes)))
         self.tokens, self.grant, self._refreshed = tokens, Grant(server, identity, resource), None

@@ -48,6 +48,7 @@ class ServerMetadata:
     cimd_supported: bool = False
     iss_parameter_supported: bool = False
     revocation_endpoint: str | None = None  # RFC 7009, when the server offers it
+    dpop_algs: tuple[str, ...] = ()  # RFC 9449 §5.1 dpop_signing_alg_values_supported
     # An OpenAPI spec's own ``authorizationCode`` flow (issue 19, item 4): endpoints declared,
     # not discovered; no issuer is known, so an ``iss`` in the answer cannot be compared.
     refresh_endpoint: str | None = None  # the spec's ``refreshUrl``; None: the token endpoint
@@ -209,6 +210,7 @@ def _server(egress: Egress, doc: dict[str, Any], issuer: str, where: str) -> Ser
         cimd_supported=doc.get("client_id_metadata_document_supported") is True,
         iss_parameter_supported=doc.get("authorization_response_iss_parameter_supported") is True,
         revocation_endpoint=_url(egress, doc, "revocation_endpoint", where, required=False),
+        dpop_algs=_strings(doc, "dpop_signing_alg_values_supported", where) or (),
     )
 
 

@@ -31,6 +31,8 @@ class OAuthRefused(UpstreamError):
     def __init__(self, message: str, *, step: str, **data: Any) -> None:
         super().__init__(message, reason="credential_unavailable", data={"step": step, **data})
         self.step = step
+        self.error: str | None = data.get("error")  # a well-formed OAuth error code, if any
+        self.dpop_nonce: str | None = None  # a refusal's DPoP-Nonce header (RFC 9449 §8), kept apart
 
 
 def host_of(url: str) -> str:
@@ -100,12 +102,16 @@ async def post(
     doc = _document(answer)
     if answer.status not in ok:
         code = doc.get("error") if doc is not None else None
-        said = f" ({code})" if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else ""
-        raise OAuthRefused(
-            f"OAuth {step} at {host_of(url)} was refused: HTTP {answer.status}{said}",
+        well_formed = isinstance(code, str) and bool(_ERROR_CODE.fullmatch(code))
+        refused = OAuthRefused(
+            f"OAuth {step} at {host_of(url)} was refused: HTTP {answer.status}"
+            + (f" ({code})" if well_formed else ""),
             step=step,
             status=answer.status,
+            **({"error": code} if well_formed else {}),
         )
+        refused.dpop_nonce = answer.headers.get("dpop-nonce")
+        raise refused
     if doc is None:
         raise OAuthRefused(f"OAuth {step} at {host_of(url)} answered no JSON object", step=step)
     return doc

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 from appliance.egress.transport import Egress
 from appliance.errors import UpstreamError
@@ -36,6 +36,7 @@ from appliance.secret import Secret
 DEFAULT_LIFETIME_S = 3600.0  # no expires_in: RFC 6749 leaves it to the server
 _MAX_TOKEN = 16384
 _MAX_LIFETIME_S = 366 * 86400.0
+_MAX_NONCE = 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,33 @@ class TokenSet:
     expires_at: float
     refresh: Secret | None = None
     scopes: tuple[str, ...] = ()
+    kind: str = "Bearer"  # or "DPoP": bound to the connection's key (RFC 9449 §5)
+
+
+class Dpop:
+    """One connection's DPoP key (ES256, made here, never stored) and the nonces servers gave."""
+
+    def __init__(self) -> None:
+        self.key = jose.SigningKey.generate()
+        self.nonces: dict[str, str] = {}  # origin -> the last DPoP-Nonce it sent (RFC 9449 §8, §9)
+
+    def proof(self, method: str, url: str, access_token: Secret | None = None) -> str:
+        nonce = self.nonces.get(_origin(url))
+        return jose.dpop_proof(self.key, method, url, access_token=access_token, nonce=nonce)
+
+    def learn(self, url: str, nonce: str | None) -> bool:
+        """Keep a server's new nonce; True when it is one we have not used yet."""
+        if not nonce or len(nonce) > _MAX_NONCE or not nonce.isascii() or not nonce.isprintable():
+            return False
+        origin = _origin(url)
+        fresh = self.nonces.get(origin) != nonce
+        self.nonces[origin] = nonce
+        return fresh
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
 
 
 @dataclass(frozen=True)
@@ -141,12 +169,16 @@ def _authenticated(identity: ClientIdentity, form: dict[str, str], audience: str
     return {}
 
 
-def tokens_from(doc: dict[str, Any], where: str, requested: tuple[str, ...], now: float) -> TokenSet:
+def tokens_from(
+    doc: dict[str, Any], where: str, requested: tuple[str, ...], now: float, *, dpop: bool = False
+) -> TokenSet:
+    """The token answer's tokens; a DPoP-bound one only when we sent a proof (``dpop``)."""
     access = doc.get("access_token")
     kind = doc.get("token_type")
     if not isinstance(access, str) or not access or len(access) > _MAX_TOKEN:
         raise OAuthRefused(f"{where} answered without an access_token", step="token")
-    if not isinstance(kind, str) or kind.lower() != "bearer":
+    kinds = ("bearer", "dpop") if dpop else ("bearer",)
+    if not isinstance(kind, str) or kind.lower() not in kinds:
         raise OAuthRefused(f"{where} answered a token that is not a bearer token", step="token")
     expires = doc.get("expires_in")
     lifetime = DEFAULT_LIFETIME_S
@@ -157,7 +189,13 @@ def tokens_from(doc: dict[str, Any], where: str, requested: tuple[str, ...], now
         raise OAuthRefused(f"{where} answered a malformed refresh_token", step="token")
     scope = doc.get("scope")
     granted = scopes_of(scope) if isinstance(scope, str) else requested
-    return TokenSet(Secret(access), now + lifetime, Secret(refresh) if refresh else None, granted)
+    return TokenSet(
+        Secret(access),
+        now + lifetime,
+        Secret(refresh) if refresh else None,
+        granted,
+        "DPoP" if kind.lower() == "dpop" else "Bearer",
+    )
 
 
 async def _token(
@@ -167,16 +205,36 @@ async def _token(
     form: dict[str, str],
     requested: tuple[str, ...],
     endpoint: str | None = None,
+    dpop: Dpop | None = None,
 ) -> TokenSet:
+    """One token request; with ``dpop``, a proof on it and one retry on ``use_dpop_nonce``."""
     url = endpoint or server.token_endpoint
     if not form.get("resource"):
         form.pop("resource", None)
     headers = _authenticated(identity, form, server.issuer or url)
-    doc = await post(egress, url, "token request", form=form, headers=headers)
-    return tokens_from(doc, f"the token endpoint of {host_of(url)}", requested, time.time())
+    for attempt in range(2):
+        if dpop is not None:
+            headers["DPoP"] = dpop.proof("POST", url)
+        try:
+            doc = await post(egress, url, "token request", form=dict(form), headers=headers)
+            break
+        except OAuthRefused as exc:
+            # RFC 9449 §8: the server wants its nonce in the proof; once, and only a new one.
+            if (
+                dpop is None
+                or attempt
+                or exc.error != "use_dpop_nonce"
+                or not dpop.learn(url, exc.dpop_nonce)
+            ):
+                raise
+            if "client_assertion" in form:  # an assertion is single-use: a fresh one for the retry
+                headers = _authenticated(identity, form, server.issuer or url)
+    return tokens_from(
+        doc, f"the token endpoint of {host_of(url)}", requested, time.time(), dpop=dpop is not None
+    )
 
 
-async def exchange(egress: Egress, pending: Pending, code: Secret) -> TokenSet:
+async def exchange(egress: Egress, pending: Pending, code: Secret, dpop: Dpop | None = None) -> TokenSet:
     form = {
         "grant_type": "authorization_code",
         "code": code.reveal(),
@@ -184,32 +242,47 @@ async def exchange(egress: Egress, pending: Pending, code: Secret) -> TokenSet:
         "code_verifier": pending.verifier.reveal(),
         "resource": pending.resource,
     }
-    return await _token(egress, pending.server, pending.identity, form, pending.scopes)
+    return await _token(egress, pending.server, pending.identity, form, pending.scopes, dpop=dpop)
 
 
 async def refresh(
-    egress: Egress, server: ServerMetadata, identity: ClientIdentity, tokens: TokenSet, resource: str
+    egress: Egress,
+    server: ServerMetadata,
+    identity: ClientIdentity,
+    tokens: TokenSet,
+    resource: str,
+    dpop: Dpop | None = None,
 ) -> TokenSet:
     if tokens.refresh is None:
         raise OAuthRefused("there is no refresh token to refresh with", step="token")
     form = {"grant_type": "refresh_token", "refresh_token": tokens.refresh.reveal(), "resource": resource}
-    fresh = await _token(egress, server, identity, form, tokens.scopes, server.refresh_endpoint)
+    fresh = await _token(egress, server, identity, form, tokens.scopes, server.refresh_endpoint, dpop)
     if fresh.refresh is None:  # RFC 6749 §6: the old refresh token stays valid unless replaced
-        fresh = TokenSet(fresh.access, fresh.expires_at, tokens.refresh, fresh.scopes)
+        fresh = TokenSet(fresh.access, fresh.expires_at, tokens.refresh, fresh.scopes, fresh.kind)
     return fresh
 
 
 async def client_credentials(
-    egress: Egress, server: ServerMetadata, identity: ClientIdentity, resource: str, scopes: tuple[str, ...]
+    egress: Egress,
+    server: ServerMetadata,
+    identity: ClientIdentity,
+    resource: str,
+    scopes: tuple[str, ...],
+    dpop: Dpop | None = None,
 ) -> TokenSet:
     form = {"grant_type": "client_credentials", "resource": resource}
     if scopes:
         form["scope"] = " ".join(scopes)
-    return await _token(egress, server, identity, form, scopes)
+    return await _token(egress, server, identity, form, scopes, dpop=dpop)
 
 
 async def jwt_bearer(
-    egress: Egress, server: ServerMetadata, identity: ClientIdentity, resource: str, scopes: tuple[str, ...]
+    egress: Egress,
+    server: ServerMetadata,
+    identity: ClientIdentity,
+    resource: str,
+    scopes: tuple[str, ...],
+    dpop: Dpop | None = None,
 ) -> TokenSet:
     """RFC 7523 §2.1: the identity's JWT (a workload's, issued by its platform) as the grant.
 
@@ -221,7 +294,7 @@ async def jwt_bearer(
     form = {"grant_type": JWT_BEARER, "assertion": identity.assertion.reveal(), "resource": resource}
     if scopes:
         form["scope"] = " ".join(scopes)
-    return await _token(egress, server, identity, form, scopes)
+    return await _token(egress, server, identity, form, scopes, dpop=dpop)
 
 
 async def revoke(

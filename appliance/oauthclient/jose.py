@@ -2,8 +2,9 @@
 
 Two uses: a ``private_key_jwt`` client assertion (RFC 7523 §2.2, the operator's key, given
 as PKCS#8 PEM) and DPoP proofs (RFC 9449, a key pair made per connection and never stored).
-A ``SigningKey`` keeps its private half to itself: its ``repr`` says nothing, and the only
-things that leave it are signatures and the public JWK.
+``dpop_proof`` builds one proof (RFC 9449 §4.2) per request. A ``SigningKey`` keeps its
+private half to itself: its ``repr`` says nothing, and the only things that leave it are
+signatures and the public JWK.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import secrets
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -99,3 +101,31 @@ def client_assertion(key: SigningKey, client_id: str, audience: str, now: float 
         "jti": secrets.token_urlsafe(16),
     }
     return Secret(key.sign({"typ": "JWT"}, claims))
+
+
+def htu(url: str) -> str:
+    """The request's URL without its query and fragment (RFC 9449 §4.2)."""
+    return urlsplit(url)._replace(query="", fragment="").geturl()
+
+
+def dpop_proof(
+    key: SigningKey,
+    method: str,
+    url: str,
+    *,
+    access_token: Secret | None = None,
+    nonce: str | None = None,
+    now: float | None = None,
+) -> str:
+    """A fresh DPoP proof for one request: a new ``jti`` each time, ``ath`` with a token."""
+    claims: dict[str, Any] = {
+        "jti": secrets.token_urlsafe(16),
+        "htm": method.upper(),
+        "htu": htu(url),
+        "iat": int(time.time() if now is None else now),
+    }
+    if access_token is not None:  # RFC 9449 §4.2: base64url(SHA-256(ASCII(token)))
+        claims["ath"] = b64url(hashlib.sha256(access_token.reveal().encode("ascii")).digest())
+    if nonce is not None:
+        claims["nonce"] = nonce
+    return key.sign({"typ": "dpop+jwt", "jwk": key.public_jwk()}, claims)
