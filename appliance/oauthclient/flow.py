@@ -6,7 +6,8 @@ against: the ``state``, and the issuer of the validated metadata (RFC 9207).
 ``code_from`` checks the redirect's parameters in the specification's order (state, then
 ``iss`` as the 2026-07-28 table says, with simple string comparison, and only then an
 ``error``), before any code goes to a token endpoint. ``exchange``, ``refresh``,
-``client_credentials`` and ``jwt_bearer`` (RFC 7523 §2.1) call the token endpoint with the
+``client_credentials`` and ``jwt_bearer`` (RFC 7523 §2.1; its assertion from ``id_jag``, an
+RFC 8693 exchange at the person's IdP, for SEP-990) call the token endpoint with the
 client authentication the identity carries (none, ``client_secret_basic``,
 ``client_secret_post`` or ``private_key_jwt``, RFC 7523 §2.2). A token answer must be a JSON
 object with a bearer ``access_token``; nothing else it says is kept.
@@ -30,13 +31,16 @@ from appliance.oauthclient import jose
 from appliance.oauthclient.challenge import scopes_of
 from appliance.oauthclient.discovery import ServerMetadata
 from appliance.oauthclient.documents import MAX_DOCUMENT, OAuthRefused, host_of, post
-from appliance.oauthclient.identity import JWT_BEARER, ClientIdentity
+from appliance.oauthclient.identity import JWT_BEARER, ClientIdentity, EnterpriseIdp
 from appliance.secret import Secret
 
 DEFAULT_LIFETIME_S = 3600.0  # no expires_in: RFC 6749 leaves it to the server
 _MAX_TOKEN = 16384
 _MAX_LIFETIME_S = 366 * 86400.0
 _MAX_NONCE = 1024
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"  # RFC 8693
+ID_TOKEN = "urn:ietf:params:oauth:token-type:id_token"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"  # SEP-990's identity assertion grant
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,41 @@ async def client_credentials(
     return await _token(egress, server, identity, form, scopes, dpop=dpop)
 
 
+async def id_jag(
+    egress: Egress, idp: EnterpriseIdp, server: ServerMetadata, resource: str, scopes: tuple[str, ...]
+) -> Secret:
+    """SEP-990: exchange the person's ID token at their IdP (RFC 8693) for an identity
+    assertion grant (ID-JAG) naming ``server`` (its issuer) and ``resource``."""
+    if server.issuer is None:
+        raise OAuthRefused(
+            "an identity assertion grant needs the authorization server's issuer", step="token"
+        )
+    form = {
+        "grant_type": TOKEN_EXCHANGE,
+        "requested_token_type": ID_JAG,
+        "subject_token": idp.id_token.reveal(),
+        "subject_token_type": ID_TOKEN,
+        "audience": server.issuer,
+        "resource": resource,
+        "client_id": idp.client_id,
+    }
+    if scopes:
+        form["scope"] = " ".join(scopes)
+    doc = await post(egress, idp.token_endpoint, "token exchange", form=form)
+    grant = doc.get("access_token")
+    if (
+        doc.get("issued_token_type") != ID_JAG
+        or not isinstance(grant, str)
+        or not grant
+        or len(grant) > _MAX_TOKEN
+    ):
+        raise OAuthRefused(
+            f"the identity provider {host_of(idp.token_endpoint)} answered no identity assertion grant",
+            step="token exchange",
+        )
+    return Secret(grant)
+
+
 async def jwt_bearer(
     egress: Egress,
     server: ServerMetadata,
@@ -289,9 +328,12 @@ async def jwt_bearer(
     A refusal is final: the same assertion will not do better, and no other grant is tried
     in its place (SEP-1933).
     """
-    if identity.assertion is None:
+    assertion = identity.assertion
+    if assertion is None and identity.idp is not None:
+        assertion = await id_jag(egress, identity.idp, server, resource, scopes)
+    if assertion is None:
         raise OAuthRefused("the client has no JWT to present for the jwt-bearer grant", step="token")
-    form = {"grant_type": JWT_BEARER, "assertion": identity.assertion.reveal(), "resource": resource}
+    form = {"grant_type": JWT_BEARER, "assertion": assertion.reveal(), "resource": resource}
     if scopes:
         form["scope"] = " ".join(scopes)
     return await _token(egress, server, identity, form, scopes, dpop=dpop)

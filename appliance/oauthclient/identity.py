@@ -37,6 +37,16 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 @dataclass(frozen=True)
+class EnterpriseIdp:
+    """Enterprise-managed authorization (SEP-990): the identity provider that turns the
+    person's ID token into an identity assertion grant (ID-JAG) for an authorization server."""
+
+    token_endpoint: str  # the IdP's, for the RFC 8693 token exchange
+    client_id: str  # the appliance's client at the IdP
+    id_token: Secret  # the person's ID token from their single sign-on
+
+
+@dataclass(frozen=True)
 class PreRegistered:
     """A client registered with one authorization server beforehand (by its operator)."""
 
@@ -47,6 +57,7 @@ class PreRegistered:
     grant: str = "authorization_code"  # or "client_credentials", JWT_BEARER (no person involved)
     private_key: Secret | None = None  # PEM: private_key_jwt (RFC 7523 §2.2) instead of a secret
     assertion: Secret | None = None  # JWT_BEARER: the workload's JWT, issued by its platform
+    idp: EnterpriseIdp | None = None  # JWT_BEARER: the assertion comes from this IdP's exchange
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class ClientIdentity:
     grant: str = "authorization_code"
     private_key: Secret | None = None  # PEM, for private_key_jwt
     assertion: Secret | None = None  # the JWT a JWT_BEARER grant presents
+    idp: EnterpriseIdp | None = None  # else the IdP that issues it (SEP-990)
 
 
 def is_client_id_url(url: str) -> bool:
@@ -148,6 +160,7 @@ def _identity(server: ServerMetadata, pre: PreRegistered, issuer: str) -> Client
         pre.grant,
         pre.private_key,
         pre.assertion,
+        pre.idp,
     )
 
 

@@ -68,7 +68,6 @@ AUTH_SCENARIOS = tuple(
         "wif-jwt-bearer",
         "dpop",
         "dpop-nonce",
-        # an extension the client does not implement: baselined with its reason
         "enterprise-managed-authorization",
     )
 )
@@ -82,7 +81,6 @@ CLIENT_MAY_FAIL = {
     "auth/iss-unexpected",
     "auth/iss-normalized",
     "auth/metadata-issuer-mismatch",
-    "auth/enterprise-managed-authorization",
 }
 
 

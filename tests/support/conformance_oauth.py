@@ -29,7 +29,7 @@ from appliance.egress.transport import Egress
 from appliance.mcpclient.http_transport import connect_http
 from appliance.oauthclient.connector import OAuthConnector
 from appliance.oauthclient.flow import Pending
-from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, PreRegistered
+from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, EnterpriseIdp, PreRegistered
 from appliance.secret import Secret
 
 # The suite expects this client_id from a client that offers a Client ID Metadata Document
@@ -60,8 +60,13 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
     grant = "authorization_code"
     if scenario.startswith("auth/client-credentials"):
         grant = "client_credentials"
-    elif context.get("valid_jwt"):
+    elif context.get("valid_jwt") or context.get("idp_id_token"):
         grant = JWT_BEARER
+    idp = None
+    if isinstance(context.get("idp_id_token"), str):  # SEP-990: the person's single sign-on
+        idp = EnterpriseIdp(
+            context["idp_token_endpoint"], context["idp_client_id"], Secret(context["idp_id_token"])
+        )
     if isinstance(context.get("client_id"), str):
         issuer = context.get("issuer")
         pre = (
@@ -73,6 +78,7 @@ def profile(scenario: str, context: dict[str, Any]) -> ClientProfile:
                 # the workload's platform-issued JWT (auth/wif-jwt-bearer gives a valid one)
                 assertion=Secret(context["valid_jwt"]) if context.get("valid_jwt") else None,
                 grant=grant,
+                idp=idp,
             ),
         )
     return ClientProfile.from_settings(settings, pre)

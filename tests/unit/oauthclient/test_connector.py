@@ -21,8 +21,8 @@ from appliance.egress.guard import EgressPolicy
 from appliance.egress.transport import Egress
 from appliance.oauthclient.connector import OAuthConnector
 from appliance.oauthclient.documents import OAuthRefused
-from appliance.oauthclient.flow import Pending
-from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, PreRegistered
+from appliance.oauthclient.flow import ID_JAG, Pending
+from appliance.oauthclient.identity import JWT_BEARER, ClientProfile, EnterpriseIdp, PreRegistered
 from appliance.secret import Secret
 from tests.support.recording_upstream import serving
 
@@ -379,3 +379,36 @@ def test_a_workload_jwt_is_presented_as_the_grant_and_a_refusal_is_final() -> No
     caught = refused(conn)
     assert "invalid_grant" in str(caught) and "eyJ" not in str(caught)
     assert world.paths().count("POST /token") == 1 and browser.asked == []  # no retry, no other grant
+
+
+def test_an_enterprise_id_token_is_exchanged_for_an_id_jag_then_presented_as_the_grant() -> None:
+    world = World()
+    world.metadata["token_endpoint_auth_methods_supported"] = ["client_secret_basic"]
+    world.routes["POST /idp/token"] = lambda _: js(
+        {"access_token": "the-id-jag", "issued_token_type": ID_JAG, "token_type": "N_A"}
+    )
+    idp = EnterpriseIdp(f"{AS}/idp/token", "idp-client", Secret("the-id-token"))
+    pre = PreRegistered(issuer=AS, client_id="xaa", client_secret=Secret("pw"), grant=JWT_BEARER, idp=idp)
+    conn = connector(world, profile=ClientProfile(PROFILE.redirect_uri, None, (pre,)))
+    assert run(conn.challenged(401, CHALLENGE, {})) is True
+    exchanged, granted = (
+        dict(parse_qsl(body.decode())) for _, path, body in world.seen if path.endswith("/token")
+    )
+    assert exchanged == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+        "requested_token_type": ID_JAG,
+        "subject_token": "the-id-token",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+        "audience": AS,
+        "resource": MCP,
+        "scope": "read",
+        "client_id": "idp-client",
+    }
+    assert granted["grant_type"] == JWT_BEARER and granted["assertion"] == "the-id-jag"
+    assert "client_secret" not in granted  # client_secret_basic: in the header
+
+    world.routes["POST /idp/token"] = lambda _: js({"access_token": "x", "token_type": "Bearer"})
+    conn = connector(world, profile=ClientProfile(PROFILE.redirect_uri, None, (pre,)))
+    before = world.paths().count("POST /token")
+    assert "identity assertion grant" in str(refused(conn))
+    assert world.paths().count("POST /token") == before  # nothing presented to the AS
