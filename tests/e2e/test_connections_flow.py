@@ -2,8 +2,9 @@
 server and a real MCP server that validates its tokens, and Debian's headless Chromium.
 
 The world (``tests/support/oauth_world.py``, an HTTP server on a loopback socket) is the
-authorization server (metadata, registration, a consent page, code + PKCE, rotating refresh
-tokens, revocation) and the MCP server, which refuses any request without a live access
+authorization server (metadata, Client ID Metadata Documents fetched from the appliance,
+registration, a consent page, code + PKCE, rotating refresh tokens, revocation) and the MCP
+server, which refuses any request without a live access
 token and records whose token each request carried. The appliance knows its own address
 (``TOOLSPOKE_PUBLIC_URL``) so the authorization server can send browsers back to its
 ``/oauth/callback``.
@@ -44,6 +45,8 @@ pytestmark = pytest.mark.e2e
 
 OWNER_TOKEN = "owner-token-0123456789abcdef"  # the importer's own, fixed token (for tools/list)
 TOOL = "acme__whoami"
+CLIENT_ORIGIN = "https://toolspoke.test"
+CLIENT_ID = f"{CLIENT_ORIGIN}/oauth/client-metadata.json"
 expect = sync_api.expect
 browser = test_console_browser.browser  # Chromium, started the one way the console tests start it
 
@@ -61,7 +64,11 @@ def app(tmp_path_factory: pytest.TempPathFactory, world: OAuthWorld) -> Iterator
         "TOOLSPOKE_DEMO": "0",
         "TOOLSPOKE_HEALTH_INTERVAL_S": "0",  # the MCP server sees calls only
         "TOOLSPOKE_PUBLIC_URL": f"http://127.0.0.1:{port}",
+        # The appliance's client id is its Client ID Metadata Document's https URL, which the
+        # authorization server fetches (its stand-in DNS maps the name to this appliance).
+        "TOOLSPOKE_OAUTH_CLIENT_METADATA_URL": CLIENT_ID,
     }
+    world.cimd_origins[CLIENT_ORIGIN] = f"http://127.0.0.1:{port}"
     data = tmp_path_factory.mktemp("connections-flow") / "data"
     with running_appliance(data, env=env, port=port) as running:
         assert running.base_url == env["TOOLSPOKE_PUBLIC_URL"]
@@ -149,7 +156,9 @@ def test_1_alice_connects_in_the_browser_through_the_consent_page(
     page.get_by_role("link", name="Continue to the authorization server").click()
     # The authorization server's own page, at its own origin: sign in there and allow.
     page.wait_for_url(world.base_url + "/authorize?*")
-    expect(page.locator("h1")).to_contain_text("Authorize client-")
+    expect(page.locator("h1")).to_have_text(f"Authorize {CLIENT_ID}")  # the document's URL
+    assert world.cimd_fetches and set(world.cimd_fetches) == {CLIENT_ID}
+    assert world.registrations == []  # no dynamic registration: the document came first
     page.get_by_label("Sign in as").fill("alice")
     page.get_by_role("button", name="Allow").click()
     # Its redirect to /oauth/callback, handed on to the console in the same session.

@@ -3,7 +3,9 @@
 One ``ThreadingHTTPServer`` in a thread of the test's process serves both, at one origin:
 
 - RFC 9728 protected-resource metadata for ``/mcp``, RFC 8414 authorization-server metadata
-  (PKCE S256 only, ``none`` client authentication, registration, revocation);
+  (PKCE S256 only, ``none`` client authentication, registration, revocation; with
+  ``cimd_origins``, Client ID Metadata Documents: a URL client_id's document is fetched at
+  ``/authorize`` and its redirect URIs are the ones that hold);
 - ``/register`` (RFC 7591), ``/authorize`` (the person is the ``who`` cookie, else
   ``OAuthWorld.login``; approves at once and redirects, after checking the client, the exact
   redirect URI, S256 and ``resource``; with ``consent`` and no ``who`` cookie it first shows
@@ -30,6 +32,7 @@ import json
 import secrets
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,6 +61,12 @@ class OAuthWorld:
     refuse_refresh: set[str] = field(default_factory=set)  # users whose refresh is refused
     static: dict[str, str] = field(default_factory=dict)  # fixed access tokens → user (an owner's)
     clients: dict[str, list[str]] = field(default_factory=dict)  # client_id → redirect URIs
+    # Client ID Metadata Documents: an https origin a client_id URL may name → the http origin
+    # that really serves it on loopback (this machine has no certificate for the https name;
+    # the mapping stands in for its DNS and TLS). Non-empty: the server says it takes them.
+    cimd_origins: dict[str, str] = field(default_factory=dict)
+    cimd_fetches: list[str] = field(default_factory=list)  # the documents it fetched
+    registrations: list[dict[str, Any]] = field(default_factory=list)  # RFC 7591 requests
     codes: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, Token] = field(default_factory=dict)
     mcp_requests: list[tuple[str, str | None]] = field(default_factory=list)  # (method, user)
@@ -125,7 +134,28 @@ class OAuthWorld:
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": ["tools", "offline_access"],
+            **({"client_id_metadata_document_supported": True} if self.cimd_origins else {}),
         }
+
+    def client_document(self, client_id: str) -> list[str] | None:
+        """A URL client_id's redirect URIs, from the document fetched at that URL (its
+        ``client_id`` must be the URL itself); None when it is not one or does not hold."""
+        parts = urlsplit(client_id)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if parts.scheme != "https" or origin not in self.cimd_origins:
+            return None
+        real = self.cimd_origins[origin] + parts.path
+        try:
+            with urllib.request.urlopen(real, timeout=10) as answer:
+                doc = json.loads(answer.read(65536))
+        except (OSError, ValueError):
+            return None
+        with self.lock:
+            self.cimd_fetches.append(client_id)
+        if not isinstance(doc, dict) or doc.get("client_id") != client_id:
+            return None
+        uris = doc.get("redirect_uris")
+        return [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -196,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
         w = self.world
         with w.lock:
             w.authorize_queries.append(dict(q))
-        uris = w.clients.get(q.get("client_id", ""))
+        uris = w.clients.get(q.get("client_id", "")) or w.client_document(q.get("client_id", ""))
         if uris is None or q.get("redirect_uri") not in uris:
             self._send(400, {"error": "invalid_client"})
             return
@@ -254,6 +284,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/register":
             doc = json.loads(self._body() or b"{}")
             client_id = f"client-{secrets.token_hex(6)}"
+            with self.world.lock:
+                self.world.registrations.append(doc)
             self.world.clients[client_id] = list(doc.get("redirect_uris") or [])
             self._send(201, {"client_id": client_id, "token_endpoint_auth_method": "none", **doc})
         elif path in ("/token", "/refresh"):  # /refresh: an OpenAPI spec's refreshUrl
