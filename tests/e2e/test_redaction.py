@@ -28,6 +28,7 @@ from tests.support.clients import connect
 from tests.support.leaks import assert_no_leak, leak_text
 from tests.support.peers import ROOT, free_port, peer
 from tests.support.servers import Appliance, cli, running_appliance
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -142,7 +143,11 @@ def test_a_stored_listing_calls_and_a_failing_sync_never_show_a_secret(
     assert done.returncode != 0 and "revoked" in done.stdout + done.stderr, done.stdout
     assert_no_leak(done.stdout + done.stderr, OWN, OTHER, where="in `toolspoke sync`")
 
+    # The failed sync was logged with the upstream's words, its secrets were not. The serve's
+    # log thread writes after the API has answered: wait for the line (once seen missing).
+    wait_for(
+        "the serve's log line of the failed sync",
+        lambda: any("sync of default/leaky failed" in line and "revoked" in line for line in app.output),
+    )
     log = "".join(app.output)
-    # The failed sync was logged with the upstream's words, its secrets were not.
-    assert any("sync of default/leaky failed" in line and "revoked" in line for line in log.splitlines())
     assert_no_leak(log, OWN, OTHER, where="in the server's log")
