@@ -166,8 +166,11 @@ def test_sign_in_see_the_cards_open_a_toolkit_approve_a_tool_and_sign_out(
     sync_api.expect(page.locator("#cards")).not_to_contain_text("toolspoke demo notes")
     sync_api.expect(cards).to_have_count(1)
     # Typing fires the search twice (input, then change): a click between the two swaps lands on
-    # a list being replaced and goes nowhere. Wait until no request is in flight.
+    # a list being replaced and goes nowhere. The change fires when the box loses focus, which the
+    # click itself would cause: blur it first, then wait until no request is in flight.
+    page.get_by_label("Search").blur()
     page.wait_for_load_state("networkidle")
+    sync_api.expect(cards).to_have_count(1)
     cards.first.get_by_role("link").click()
     page.wait_for_url("**/console/toolkits/default/hostile-mcp")
     pending = page.locator("tbody tr", has=page.locator(".state-pending"))
