@@ -65,6 +65,7 @@ def main() -> int:
         **{k: v for k, v in os.environ.items() if k != "TOOLSPOKE_EMBEDDINGS"},
         "TOOLSPOKE_DATA_DIR": data,
         "TOOLSPOKE_ADMIN_KEY": KEY,
+        "TOOLSPOKE_CODE_TOOLS": "1",  # the JavaScript engine must be inside the binary too
     }
     init = subprocess.run([str(binary), "init"], env=env, capture_output=True, text=True, timeout=DEADLINE_S)
     assert init.returncode == 0, init.stderr
@@ -134,6 +135,12 @@ def main() -> int:
         created, _ = post(url, call, session)
         assert created["result"]["isError"] is False, created
         assert created["result"]["structuredContent"]["title"] == "smoke", created
+        # A script in the embedded engine (issue 24): it reads the notes through the pipeline.
+        script = "const notes = await demo__listNotes({}); return notes.map((n) => n.title);"
+        code = {**call, "id": 6, "params": {"name": "use_code", "arguments": {"code": script}}}
+        ran, _ = post(url, code, session)
+        assert ran["result"]["isError"] is False, ran
+        assert ran["result"]["structuredContent"]["result"] == ["smoke"], ran
         # Semantic search by default with the model inside the binary: the server embeds the
         # catalogue in the background, and the same search turns hybrid once it has.
         search = {
@@ -163,7 +170,7 @@ def main() -> int:
         proc.terminate()
         proc.wait(timeout=15)
     print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s", end="")
-    print(f", search {ranking}, loop {loop}")
+    print(f", search {ranking}, loop {loop}, a use_code script ran")
     return 0
 
 

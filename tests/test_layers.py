@@ -36,6 +36,8 @@ FLOOR = frozenset({"__init__", "errors"})  # the version string and the error tr
 # their own, neither tools (catalogue/) nor the search over tools (search/)
 # artifacts/ (issue 22): large results kept aside, owned by their caller; neither the audit
 # (a call's record) nor the ledger (its charge)
+# codemode/ (issue 24): a script's run in the embedded JavaScript engine, within its limits;
+# its calls reach tools only through the gateway's pipeline, handed in as a Host
 ROOMS = (
     "catalogue",
     "search",
@@ -48,6 +50,7 @@ ROOMS = (
     "children",
     "mcpclient",
     "oauthclient",
+    "codemode",
 )
 FACES = ("rpc", "web", "cli")
 # the protocol layer (issue 17, item 3): MCP wire vocabulary below rpc/ and the MCP client alike
@@ -76,6 +79,7 @@ IMPORTS: dict[str, frozenset[str]] = {
     # OAuth 2.1 as an MCP client (issue 19): metadata, registration and tokens over HTTP egress;
     # the MCP client takes it through its own HttpAuth protocol, never by import
     "oauthclient": FLOOR | {"config", "secret", "egress"},
+    "codemode": FLOOR,  # no storage, no settings: its limits are handed in
     "gateway": FLOOR | {"secret", "config", "models", PROTOCOL, "db", *ROOMS},
     "rpc": FLOOR | {"models", PROTOCOL, "gateway"},
     "web": FLOOR | {"config", "models", PROTOCOL, "gateway", "rpc"},
@@ -112,6 +116,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "yaml": ("catalogue/spec_loader",),
     "pypdf": ("lore/pdf",),
     "jinja2": ("web/console/rendering",),
+    "quickjs": ("codemode/engine",),  # the quickjs-ng engine (issue 24)
 }
 PLAN = Plan(
     imports=IMPORTS,

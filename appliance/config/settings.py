@@ -7,33 +7,13 @@ variable, the default, the parser (bounds included, from ``values``) and the hel
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from appliance.config import values
+from appliance.config.declare import _DECLARED, Setting, _setting
 from appliance.secret import Secret
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One setting as ``load`` and the documentation see it (derived from its field)."""
-
-    name: str
-    env: str
-    default: Any
-    parse: Callable[[Any], Any]
-    help: str
-
-
-_DECLARED = "toolspoke.setting"
-
-
-def _setting(env: str, default: Any, parse: Callable[[Any], Any], help: str) -> Any:
-    """The declaration of the field it is assigned to. No dataclass default: ``load`` fills
-    every field, so a ``Settings`` built by hand with one missing is an error, not a guess."""
-    return field(metadata={_DECLARED: (env, default, parse, help)})
 
 
 @dataclass(frozen=True)
@@ -116,6 +96,61 @@ class Settings:
         values.between(10.0, 7 * 86400.0),
         "Seconds a pending or approved call approval stays valid (an `approve` rule of the call "
         "policy): after that, the call must be asked for and approved again. 10 s to 7 days.",
+    )
+    code_tools: bool = _setting(
+        "TOOLSPOKE_CODE_TOOLS",
+        False,
+        values.boolean,
+        "List and run the code tools `use_code` (a JavaScript script that may call read tools) and "
+        "`run_code` (any tool) on the bridge (docs/code.md). Off by default: they add about 130 tokens to "
+        "`tools/list`. Every call a script makes takes the same pipeline as a direct call.",
+    )
+    code_seconds: float = _setting(
+        "TOOLSPOKE_CODE_SECONDS",
+        30.0,
+        values.between(0.1, 600.0),
+        "Wall time of one script run in seconds, its tool calls included (0.1 to 600); past it the run "
+        "ends `code_time_limit`.",
+    )
+    code_memory_mb: int = _setting(
+        "TOOLSPOKE_CODE_MEMORY_MB",
+        64,
+        values.positive(int),
+        "Memory of one script run's JavaScript engine in MiB; past it the run ends `code_memory_limit`.",
+    )
+    code_max_calls: int = _setting(
+        "TOOLSPOKE_CODE_MAX_CALLS",
+        50,
+        values.positive(int),
+        "Tool calls one script run may make; the next one ends the run `code_call_limit`.",
+    )
+    code_max_result_bytes: int = _setting(
+        "TOOLSPOKE_CODE_MAX_RESULT_BYTES",
+        1024 * 1024,
+        values.positive(int),
+        "Largest answer of one tool call a script receives, in bytes of JSON; a larger one ends the run "
+        "`code_result_limit` (the toolkit's response cap still bounds what the upstream may send).",
+    )
+    code_max_output_bytes: int = _setting(
+        "TOOLSPOKE_CODE_MAX_OUTPUT_BYTES",
+        64 * 1024,
+        values.positive(int),
+        "Largest output of one script run (its `console.log` lines and its result), in bytes; past it "
+        "the run ends `code_output_limit`.",
+    )
+    code_max_source_bytes: int = _setting(
+        "TOOLSPOKE_CODE_MAX_SOURCE_BYTES",
+        64 * 1024,
+        values.positive(int),
+        "Largest script accepted, in bytes of UTF-8; a larger one is refused (JSON-RPC -32602, field "
+        "`/code`) before anything runs.",
+    )
+    code_runs_at_once: int = _setting(
+        "TOOLSPOKE_CODE_RUNS_AT_ONCE",
+        2,
+        values.positive(int),
+        "Script runs at once in this process (each holds a thread while it runs); more wait for a place, "
+        "within their own wall time.",
     )
     dataflow_window_s: float = _setting(
         "TOOLSPOKE_DATAFLOW_WINDOW_S",

@@ -30,6 +30,7 @@ class Attempt:
     aside: bool = False  # a result over the threshold may be kept aside (read_result reaches it)
     approval: str | None = None  # the approval a retry names (``_meta`` or a runner's field)
     key: str | None = None  # the request's idempotency key: a retry with it may use its approval
+    code_run: str | None = None  # the script run that made this call (use_code, run_code)
     at: float = field(default_factory=time.time)  # wall clock: the audit row's time
     started: float = field(default_factory=time.perf_counter)
 

@@ -117,6 +117,12 @@ async def replayed(
     await _alone(rt, attempt)
 
 
+async def script(rt: Runtime, attempt: Attempt) -> None:
+    """The row of a script run itself (``gateway/code_runs.py``): after its calls' own rows,
+    with its outcome and, in ``detail``, its hash and its calls; never charged."""
+    await _alone(rt, attempt)
+
+
 async def _alone(rt: Runtime, attempt: Attempt) -> None:
     """A row written outside the pipeline counts as an attempt in flight all the same."""
     rt.calls_in_flight += 1
@@ -171,6 +177,7 @@ def _queue(rt: Runtime, attempt: Attempt) -> asyncio.Future[Any]:
         owner_call=attempt.owner,
         redacted=attempt.redacted,
         detail=attempt.detail,
+        code_run=attempt.code_run,
     )
     kit = tool.toolkit if tool else ""
     telemetry.child(telemetry.CALLS, kit, tool.kind if tool else "unknown", attempt.outcome).inc()

@@ -22,7 +22,17 @@ from appliance.errors import (
     NotFound,
     UpstreamError,
 )
-from appliance.gateway import accounting, answers, artifacts, audit, connections, costs, policy, telemetry
+from appliance.gateway import (
+    accounting,
+    answers,
+    artifacts,
+    audit,
+    code_runs,
+    connections,
+    costs,
+    policy,
+    telemetry,
+)
 from appliance.gateway.agent_search import MAX_QUERIES, search_for_agent
 from appliance.gateway.calls import unknown_tool
 from appliance.gateway.direct import tool_entry
@@ -188,6 +198,13 @@ def _published(node: Any) -> Any:
 
 
 PUBLISHED = [{**t, "inputSchema": _published(t["inputSchema"])} for t in BRIDGE_TOOLS]
+# The code tools (issue 24), listed and served only where the operator turned them on.
+CODE_PUBLISHED = [{**t, "inputSchema": _published(t["inputSchema"])} for t in code_runs.CODE_TOOLS]
+
+
+def serves(rt: Runtime, name: str) -> bool:
+    """Whether ``name`` is a bridge tool here (the code tools only when turned on)."""
+    return name in BRIDGE_NAMES or (name in code_runs.CODE_NAMES and rt.settings.code_tools)
 
 
 async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
@@ -207,7 +224,9 @@ async def list_tools(rt: Runtime, principal: Principal) -> list[dict[str, Any]]:
     async with rt.db.read() as conn:
         has_guide, preloaded = await conn.batch(gather)
     listed = [t for t in PUBLISHED if t["name"] != "read_guide" or has_guide]
-    seen = set(BRIDGE_NAMES)
+    if rt.settings.code_tools:
+        listed.extend(CODE_PUBLISHED)
+    seen = set(BRIDGE_NAMES) | code_runs.CODE_NAMES
     for tool in preloaded:
         if tool.name not in seen:  # a name in two projects is listed once; calls name the project
             seen.add(tool.name)
@@ -234,6 +253,13 @@ async def call_bridge(
 ) -> CallResult:
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
+    if name in code_runs.CODE_NAMES:  # a script: each of its calls takes the pipeline
+        try:
+            validate_arguments(code_runs.CODE_SCHEMA, args)
+        except InvalidParams as exc:  # a script that could not start is an attempt all the same
+            await audit.refused(rt, principal, name, exc, runner=name)
+            raise
+        return await code_runs.run(rt, principal, name, args, approval=approval)
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
     if name not in RUNNERS:
         accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited

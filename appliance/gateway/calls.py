@@ -21,6 +21,8 @@ from appliance.models import RUNNER_FOR_KIND, CallResult, Principal, Tool
 from appliance.protocol import param_headers
 from appliance.protocol.relays import LogRelay, ProgressCallback
 
+# The code tools (gateway/code_runs.py) as the runner of the calls their scripts make.
+CODE_RUNNERS = frozenset({"use_code", "run_code"})
 _MCP_CONTENT_TYPES = {"text", "image", "audio", "resource", "resource_link"}
 
 
@@ -87,6 +89,15 @@ async def resolve_tool(rt: Runtime, principal: Principal, name: str, *, project:
 
 
 def check_runner(tool: Tool, runner: str) -> None:
+    if runner in CODE_RUNNERS:  # a script's call: use_code reads only, run_code may do anything
+        if runner == "use_code" and tool.kind != "read":
+            raise WrongRunner(
+                f"{tool.name} is a {tool.kind} tool: use_code calls read tools only; run the script "
+                "with run_code; nothing was run",
+                field="tool",
+                data={"runner": "run_code", "kind": tool.kind},
+            )
+        return
     right = RUNNER_FOR_KIND[tool.kind]
     if runner != right:
         raise WrongRunner(

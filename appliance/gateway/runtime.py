@@ -10,6 +10,7 @@ operations, so a CLI command and an agent's call take exactly the same path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -129,6 +130,8 @@ class Runtime:
         # Tool-call attempts between their start and their audit row's acknowledgement
         # (gateway/pipeline.py): a lone one's row commits on the loop (Book.record's `alone`).
         self.calls_in_flight = 0
+        # script runs at once (gateway/code_runs.py): each holds a thread until its script ends
+        self.code_slots = asyncio.Semaphore(settings.code_runs_at_once)
         self._vault: Vault | None = None
         self._parts: Services | None = None  # what open() started, for close()
         # every vault secret's forms, for whatever upstream text comes back (gateway/redaction.py)

@@ -110,7 +110,7 @@ def address(
     ask = {"approval": approval_of(request.params), "key": key}
     if request.toolkit is not None:
         return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log, **ask)
-    if name in bridge.BRIDGE_NAMES:  # the runners among them call the pipeline for their target
+    if bridge.serves(rt, name):  # the runners and code tools among them call the pipeline
         return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log, **ask)
     return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log, aside=True, **ask)
 

@@ -59,6 +59,7 @@ def _row(row: Any) -> dict[str, Any]:
         "owner_call": bool(row["owner_call"]),
         "redacted": int(row["redacted"]),  # values replaced by [redacted] in the answer
         "detail": row["detail"],  # the data-flow guard's labels, tools and window, when it decided
+        "code_run": row["code_run"],  # the script run that made it (use_code, run_code), or its own row
     }
 
 

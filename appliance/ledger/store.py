@@ -59,6 +59,7 @@ class AuditRow:
     owner_call: bool
     redacted: int = 0  # values replaced by [redacted] in what the caller got
     detail: str | None = None  # a decision's detail beside its reason (the data-flow guard's)
+    code_run: str | None = None  # the script run (use_code, run_code) that made the call, or its own row
 
     def as_tuple(self) -> tuple[Any, ...]:
         return (
@@ -81,13 +82,14 @@ class AuditRow:
             int(self.owner_call),
             self.redacted,
             self.detail,
+            self.code_run,
         )
 
 
 _AUDIT_INSERT = (
     "INSERT INTO audit_log (at, user_id, user_name, agent_id, agent_name, key_prefix, toolkit_id,"
     " toolkit, project, tool, runner, outcome, reason, duration_ms, bytes, fee_milli, owner_call, redacted,"
-    " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    " detail, code_run) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
 
 

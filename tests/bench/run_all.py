@@ -34,6 +34,7 @@ STEPS = (
     ("Appliance figures", ["figures.py"]),
     ("Context cost: tools/list, list_toolkits and search_tools over the 14 fixture specs", ["tokens.py"]),
     ("MCP upstreams: gateway overhead per tools/call, both eras", ["mcp_overhead.py"]),
+    ("Code over tools: a script's 10 read calls against the same 10 made directly", ["code_tools.py"]),
     ("MCP upstreams: 20 stdio toolkits, memory and processes", ["stdio_fleet.py"]),
     ("The stdio sandbox: cold start inside and outside, memory per sandboxed server", ["sandbox.py"]),
     ("Spend and accounting: what it adds to a call, calls/s through the full path", ["accounting.py"]),

@@ -33,6 +33,7 @@ from appliance.catalogue import (
     screening,
 )
 from appliance.children import spec as stdio_spec
+from appliance.codemode import prelude
 from appliance.egress import connect_proxy, guard, http1, oauth, openapi_call
 from appliance.errors import ArgumentsInvalid
 from appliance.gateway import artifacts, credentials, patterns
@@ -140,6 +141,8 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "jsonrpc._STRUCTURE": lambda s: jsonrpc.text_too_deep(s.encode(), limit=1 << 30),
     "credentials._TOKEN": lambda s: credentials._TOKEN.fullmatch(s),
     "artifacts._HANDLE": lambda s: artifacts._HANDLE.fullmatch(s),  # a read_result handle
+    # a script's text (use_code, run_code; at most 64 KiB by default, here unbounded)
+    "prelude._TOOL_IDENT": lambda s: prelude.tool_names_in(s + " a__b " + s),
     "credentials._ENV_NAME": lambda s: credentials._ENV_NAME.fullmatch(s),
     "credentials._QUERY_NAME": lambda s: credentials._QUERY_NAME.fullmatch(s),
     "stdio_spec._ENV_NAME": lambda s: stdio_spec._ENV_NAME.fullmatch(s),
