@@ -250,6 +250,7 @@ async def call_bridge(
     on_log: LogRelay | None = None,
     approval: str | None = None,
     key: str | None = None,
+    asker: code_runs.Ask | None = None,
 ) -> CallResult:
     """Run one bridge tool. Its own bad arguments raise ArgumentsInvalid (the rpc layer shapes it
     by protocol version); a failing *target* of a runner is an ``isError`` result."""
@@ -259,7 +260,7 @@ async def call_bridge(
         except InvalidParams as exc:  # a script that could not start is an attempt all the same
             await audit.refused(rt, principal, name, exc, runner=name)
             raise
-        return await code_runs.run(rt, principal, name, args, approval=approval)
+        return await code_runs.run(rt, principal, name, args, approval=approval, asker=asker)
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
     if name not in RUNNERS:
         accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited

@@ -26,6 +26,7 @@ import concurrent.futures as cf
 import hashlib
 import secrets
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ import orjson
 
 from appliance.access import approvals as approval_store
 from appliance.codemode import engine
-from appliance.errors import ApplianceError, ApprovalRefused, ApprovalRequired, InvalidParams
+from appliance.errors import ApplianceError, ApprovalRefused, ApprovalRequired, InvalidParams, Unauthorized
 from appliance.gateway import accounting, answers, audit, pipeline, redaction
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.calls import CODE_RUNNERS, unknown_tool
@@ -68,6 +69,9 @@ CODE_TOOLS: list[dict[str, Any]] = [
     },
 ]
 CODE_NAMES = frozenset(t["name"] for t in CODE_TOOLS)
+# A face's way to ask the person at its client for an approval while the script waits: the
+# approval's id once decided (yes or no), None when it cannot ask (rpc/inband.asker).
+Ask = Callable[[ApprovalRequired], Awaitable[str | None]]
 assert CODE_NAMES == CODE_RUNNERS
 
 
@@ -100,6 +104,7 @@ class _Host:
     stop: threading.Event = field(default_factory=threading.Event)
     made: list[_Call] = field(default_factory=list)
     named: tuple[str, str, str] | None = None  # a retry's approval: (tool, arguments' hash, id)
+    asker: Ask | None = None  # pause and ask in band (2025-era sessions whose client can)
 
     def submit(self, name: str, arguments: str) -> cf.Future[engine.Delivery]:
         call = _Call(name)
@@ -115,18 +120,19 @@ class _Host:
         except orjson.JSONDecodeError:
             call.outcome = "invalid"
             return _failure("the input is not JSON that can be sent (a lone surrogate?)", "invalid_params")
-        attempt = Attempt(
-            self.principal,
-            name,
-            arguments,
-            runner=self.runner,
-            key=_call_key(name, arguments),
-            approval=self.approval_for(name, arguments),
-            code_run=self.run_id,
-        )
+        attempt = self.attempt(name, arguments, self.approval_for(name, arguments))
         try:
-            result = await pipeline.run(self.rt, attempt)
-        except (ApprovalRequired, ApprovalRefused) as exc:
+            try:
+                result = await pipeline.run(self.rt, attempt)
+            except ApprovalRequired as exc:
+                decided = await self.asker(exc) if self.asker is not None else None
+                if decided is None:
+                    raise
+                # The person decided while the script waited: the call again, naming it (a no
+                # is refused as approval_denied, with nothing sent).
+                attempt = self.attempt(name, arguments, decided)
+                result = await pipeline.run(self.rt, attempt)
+        except (ApprovalRequired, ApprovalRefused, Unauthorized) as exc:  # these end the run
             call.outcome = exc.reason
             return engine.Delivery(False, end=exc)
         except ApplianceError as exc:  # refused: the same words a direct call gets
@@ -137,6 +143,17 @@ class _Host:
         if result.is_error:
             return _failure(_text_of(result) or "the tool failed", attempt.reason or "tool_error")
         return engine.Delivery(True, _value_json(result))
+
+    def attempt(self, name: str, arguments: Any, approval: str | None) -> Attempt:
+        return Attempt(
+            self.principal,
+            name,
+            arguments,
+            runner=self.runner,
+            key=_call_key(name, arguments),
+            approval=approval,
+            code_run=self.run_id,
+        )
 
     def approval_for(self, name: str, arguments: Any) -> str | None:
         """The approval a retry named, for the one call it was given for (a denied one is
@@ -179,7 +196,13 @@ def _value_json(result: CallResult) -> str:
 
 
 async def run(
-    rt: Runtime, principal: Principal, name: str, args: dict[str, Any], *, approval: str | None = None
+    rt: Runtime,
+    principal: Principal,
+    name: str,
+    args: dict[str, Any],
+    *,
+    approval: str | None = None,
+    asker: Ask | None = None,
 ) -> CallResult:
     """One script run (its arguments already checked against ``CODE_SCHEMA``). ``approval``:
     the approval a retry names (in ``_meta``, or the in-band ways' retry)."""
@@ -193,7 +216,7 @@ async def run(
             field="/code",
             data={"limit": rt.settings.code_max_source_bytes, "length": size},
         )
-    host = _Host(rt, principal, name, secrets.token_hex(8), asyncio.get_running_loop())
+    host = _Host(rt, principal, name, secrets.token_hex(8), asyncio.get_running_loop(), asker=asker)
     if approval is not None:
         host.named = await _named(rt, principal, approval)
     attempt = Attempt(principal, name, runner=name, code_run=host.run_id)
@@ -213,12 +236,12 @@ async def run(
         audit.interrupted(rt, attempt)
         raise
     attempt.detail = _detail(digest, host.made, outcome)
-    if isinstance(outcome.ending, ApprovalRequired | ApprovalRefused):
+    if isinstance(outcome.ending, ApplianceError):  # waits for a person, refused, or revoked
         attempt.outcome, attempt.reason = "blocked", outcome.ending.reason
         await audit.script(rt, attempt)
-        if isinstance(outcome.ending, ApprovalRefused):
-            raise outcome.ending
-        raise _waiting(outcome.ending, host.made)
+        if isinstance(outcome.ending, ApprovalRequired):
+            raise _waiting(outcome.ending, host.made)
+        raise outcome.ending
     attempt.outcome = "ok" if outcome.ok else "is_error"
     attempt.reason = None if outcome.ok else outcome.reason
     answer = await _answer(rt, host, outcome)

@@ -18,11 +18,11 @@ name (``gateway/pipeline.py``).
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.errors import ApplianceError, InvalidParams
+from appliance.errors import ApplianceError, ApprovalRequired, InvalidParams
 from appliance.gateway import accounting, audit, bridge, direct, idempotency
 from appliance.gateway.calls import resolve_tool
 from appliance.gateway.pipeline import call_tool
@@ -32,6 +32,9 @@ from appliance.protocol.meta import APPROVAL_KEY
 from appliance.protocol.relays import LogRelay, ProgressCallback
 
 MAX_APPROVAL_ID = 64
+# How a face asks the person at its client to decide an approval while a script waits
+# (``rpc/inband.asker``): the approval's id once decided, None when it cannot be asked.
+Ask = Callable[[ApprovalRequired], Awaitable[str | None]]
 
 
 @dataclass(slots=True)
@@ -43,6 +46,7 @@ class ToolsCall:
     toolkit: Toolkit | None = None  # on /mcp/<slug>: that toolkit's tools, no bridge
     on_progress: ProgressCallback | None = None
     on_log: LogRelay | None = None
+    ask: Ask | None = None  # a script's call that waits for approval may ask in band
 
 
 async def serve(rt: Runtime, request: ToolsCall) -> CallResult:
@@ -111,7 +115,9 @@ def address(
     if request.toolkit is not None:
         return direct.call(rt, p, request.toolkit, name, arguments, on_progress=progress, on_log=log, **ask)
     if bridge.serves(rt, name):  # the runners and code tools among them call the pipeline
-        return bridge.call_bridge(rt, p, name, arguments, on_progress=progress, on_log=log, **ask)
+        return bridge.call_bridge(
+            rt, p, name, arguments, on_progress=progress, on_log=log, asker=request.ask, **ask
+        )
     return call_tool(rt, p, name, arguments, on_progress=progress, on_log=log, aside=True, **ask)
 
 

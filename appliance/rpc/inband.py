@@ -91,6 +91,30 @@ async def needed(
     return await _run_named(rt, request, prompt.id)
 
 
+def asker(rt: Runtime, ctx: CallContext) -> tool_requests.Ask | None:
+    """How a script's call that waits for a person pauses its run and asks (``gateway/
+    code_runs.py``): on a 2025-era session whose client takes elicitation, the same question
+    as for a direct call; the approval decided (yes or no) comes back and the call goes on
+    naming it. None where a run cannot pause (2026-07-28 is stateless: its input_required is
+    the request's end, so the run ends and the same script runs again once approved)."""
+    if ctx.modern or ctx.elicit is None:
+        return None
+    elicit = ctx.elicit
+
+    async def ask(exc: ApprovalRequired) -> str | None:
+        prompt = inband.prompt(ctx.principal, exc)
+        if prompt is None:
+            return None  # not this person's to give: the run ends, the approval waits
+        said = inband.verdict(await elicit(await inband.elicitation(rt, prompt), prompt.wait_s()))
+        if said == "none":
+            return None
+        await auth.still_live(rt, ctx.principal)  # the wait may have outlived the caller's key
+        await inband.decide(rt, ctx.principal, prompt.id, said == "approve")
+        return prompt.id
+
+    return ask
+
+
 def connection_needed(
     ctx: CallContext, request: tool_requests.ToolsCall, exc: ConnectionRequired
 ) -> dict[str, Any]:

@@ -183,7 +183,12 @@ async def refused_unreachable(rt: Runtime, principal: Principal, body: bytes, ex
 
 async def _tools_call(rt: Runtime, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     request = tool_requests.ToolsCall(
-        ctx.principal, params, ctx.toolkit, on_progress=_progress_relay(ctx, params), on_log=_log_relay(ctx)
+        ctx.principal,
+        params,
+        ctx.toolkit,
+        on_progress=_progress_relay(ctx, params),
+        on_log=_log_relay(ctx),
+        ask=inband.asker(rt, ctx),  # a script's call that waits for a person pauses and asks
     )
     try:
         if inband.retrying(ctx, params):  # 2026-07-28: the answer to an input_required result

@@ -11,7 +11,9 @@ scripts: each is contained with its own reason, and the gateway keeps serving.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import secrets
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
@@ -28,6 +30,7 @@ from tests.support.servers import ADMIN_KEY, Appliance, running_appliance
 pytestmark = pytest.mark.e2e
 
 MAX_CALLS = 20
+TOKEN = "inv-" + secrets.token_urlsafe(24)  # the inventory's bearer token, sealed in the vault
 ENV = {
     "TOOLSPOKE_DEMO": "0",
     "TOOLSPOKE_HEALTH_INTERVAL_S": "0",
@@ -61,6 +64,7 @@ def app(tmp_path_factory: pytest.TempPathFactory, upstream: ItemsUpstream) -> It
         hidden = {"slug": "vault", "spec": upstream.spec()}  # the admin's own: nobody else sees it
         assert admin(running, "POST", "/toolkits/openapi", hidden).status_code == 201
         for method, path, body in (
+            ("PUT", "/toolkits/inv/credentials", {"scheme": "bearer", "token": TOKEN}),
             ("PUT", "/toolkits/inv/policy", {"kind": "destructive", "action": "approve"}),
             ("POST", "/users", {"name": "pat"}),
         ):
@@ -302,3 +306,19 @@ def test_more_calls_than_allowed_end_the_run_and_report_what_it_did(
     assert [c["outcome"] for c in value["calls"]] == ["ok"] * MAX_CALLS
     assert upstream.count("GET", "/items/") == gets + MAX_CALLS
     assert before - balance(app) == MAX_CALLS * 1000
+
+
+def test_a_script_sees_only_redacted_answers_and_its_own_output_is_redacted_again(app: Appliance) -> None:
+    code = """
+    const who = (await inv__whoAmI({})).authorization;
+    console.log('saw', who);
+    return { who, b64: btoa(who) };
+    """
+    result = run(script(app, code))
+    value = answer_of(result)
+    text = result.content[0].text
+    assert value["result"]["who"] == "Bearer [redacted]" and value["logs"] == ["saw Bearer [redacted]"]
+    for form in (TOKEN, base64.b64encode(TOKEN.encode()).decode()):
+        assert form not in text and form not in json.dumps(result.structured_content)
+    [inner] = [r for r in rows_of_run(app, value["run"]) if r["tool"] == "inv__whoAmI"]
+    assert inner["redacted"] >= 1

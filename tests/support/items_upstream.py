@@ -2,8 +2,10 @@
 
 ``GET /items`` lists ten items (each with a paragraph of description), ``GET /items/{id}`` is
 one item in full (a longer record), ``POST /items`` adds one (a write tool) and
-``DELETE /items/{id}`` removes one (a destructive tool). The answers are deliberately the
-size real inventory answers are, so that what a script spares an agent's context shows.
+``DELETE /items/{id}`` removes one (a destructive tool); ``GET /whoami`` repeats the request's
+``Authorization`` header, as an upstream that must not be trusted with a secret does. The
+answers are the size real inventory answers are, so that what a script spares an agent's
+context shows.
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ class ItemsUpstream:
 
             def do_GET(self) -> None:
                 path = self.seen()
-                if path == "/items":
+                if path == "/whoami":
+                    self.answer(200, {"authorization": self.headers.get("Authorization", "")})
+                elif path == "/items":
                     listed = [
                         {"id": n, "name": f"item-{n}", "summary": _text(n, 60)} for n in range(1, ITEMS + 1)
                     ]
@@ -139,6 +143,7 @@ class ItemsUpstream:
                         "responses": {"201": {"description": "made"}},
                     },
                 },
+                "/whoami": {"get": {"operationId": "whoAmI", "summary": "Who calls.", "responses": ok}},
                 "/items/{id}": {
                     "get": {
                         "operationId": "getItem",
