@@ -116,7 +116,7 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
     "yaml": ("catalogue/spec_loader",),
     "pypdf": ("lore/pdf",),
     "jinja2": ("web/console/rendering",),
-    "quickjs": ("codemode/engine",),  # the quickjs-ng engine (issue 24)
+    "quickjs": ("codemode/engine", "codemode/interrupt"),  # the quickjs-ng engine (issue 24)
 }
 PLAN = Plan(
     imports=IMPORTS,

@@ -3,13 +3,14 @@
 The engine is QuickJS (the quickjs-ng fork, through its ``quickjs`` binding): about 1.2 MB
 of native code against V8's 80 MB (mini-racer), a context made in about 0.15 ms, a memory
 limit the runtime enforces on every allocation, a stack limit, and an interrupt that stops an
-endless loop and that the script cannot catch. A bare context has no file, network,
-process, module or timer access; ``prelude.py`` removes the little that could block.
+endless loop and that the script cannot catch, asked by the wall clock (``interrupt.py``). A
+bare context has no file, network, process, module or timer access; ``prelude.py`` removes the
+little that could block.
 
 ``run`` drives one script on the calling thread from start to end (a QuickJS runtime must
 stay on the thread that made it, so the gateway gives each run a thread of its own). The
 script never calls into Python: each step (the script's start, then each job of its
-promise queue) runs under a time limit set to what is left of the run's wall time; between
+promise queue) is stopped by the interrupt once the run's wall time is spent; between
 steps ``run`` takes the outbox (calls, log lines, the end), hands calls to the ``Host`` (at
 most ``max_in_flight`` at once) and delivers what they answered. So the script's calls run
 concurrently in the gateway while the engine thread waits, and no Python runs inside a step.
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import orjson
 import quickjs
 
+from appliance.codemode import interrupt
 from appliance.codemode.prelude import PRELUDE, names_json, tool_names_in, wrap
 
 _GLUE = ("__names", "__deliver", "__start", "__take")
@@ -99,6 +101,12 @@ class _Run:
         self.queued: deque[tuple[int, str, str]] = deque()
         self.flying: dict[cf.Future[Delivery], int] = {}
         self.ctx = quickjs.Context()
+        # Stopped by the wall clock and the caller's cancel (interrupt.py); None: this binding
+        # is not the one known there, and each step gets the binding's CPU-time limit instead.
+        self.wall = interrupt.install(self.ctx, self.should_stop)
+
+    def should_stop(self) -> bool:
+        return time.monotonic() >= self.deadline or self.host.cancelled()
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -108,7 +116,8 @@ class _Run:
         left = self.left()
         if left <= 0:
             raise _Ended("code_time_limit", f"the script ran past its {self.limits.seconds:g} s limit")
-        self.ctx.set_time_limit(left)
+        if self.wall is None:
+            self.ctx.set_time_limit(left)
         return fn(*args)
 
     def go(self) -> Outcome:

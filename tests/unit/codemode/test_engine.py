@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import os
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import orjson
@@ -161,3 +165,30 @@ def test_tool_like_identifiers_are_found_once_in_order_but_never_after_a_dot() -
     assert prelude.tool_names_in(text) == ["gh__list_issues", "notion__search_pages"]
     many = " ".join(f"k__t{i}" for i in range(prelude.MAX_NAMES + 50))
     assert len(prelude.tool_names_in(many)) == prelude.MAX_NAMES
+
+
+def test_the_time_limit_is_wall_time_even_when_the_cpu_is_saturated() -> None:
+    """QuickJS's own limit counts the process's CPU time: with every core busy elsewhere a
+    1 s limit once took 7 s of wall time. The engine's interrupt reads the wall clock."""
+    burners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    try:
+        started = time.monotonic()
+        out = run("for (;;) {}", seconds=0.5)
+        took = time.monotonic() - started
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert out.reason == "code_time_limit"
+    assert took < 2.0, f"a 0.5 s limit took {took:.1f} s of wall time"
+
+
+def test_a_cancel_stops_a_loop_inside_its_step() -> None:
+    host = TableHost()
+    timer = threading.Timer(0.2, host.stop.set)
+    timer.start()
+    started = time.monotonic()
+    out = run("for (;;) {}", host, seconds=30)
+    assert out.reason == "cancelled" and time.monotonic() - started < 5
