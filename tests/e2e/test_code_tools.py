@@ -322,3 +322,22 @@ def test_a_script_sees_only_redacted_answers_and_its_own_output_is_redacted_agai
         assert form not in text and form not in json.dumps(result.structured_content)
     [inner] = [r for r in rows_of_run(app, value["run"]) if r["tool"] == "inv__whoAmI"]
     assert inner["redacted"] >= 1
+
+
+def test_a_script_sent_again_with_its_idempotency_key_is_answered_from_the_first_run(
+    app: Appliance, upstream: ItemsUpstream
+) -> None:
+    code = "return (await inv__getItem({ id: 4 })).stock;"
+
+    def call() -> dict[str, Any]:
+        headers, body = modern_tools_call(app.key, "use_code", {"code": code})
+        body["params"]["_meta"]["toolspoke/idempotencyKey"] = "script-once-" + TOKEN[-8:]
+        got = httpx.post(app.mcp_url, json=body, headers=headers, timeout=30)
+        assert got.status_code == 200, got.text
+        result: dict[str, Any] = got.json()["result"]
+        return result
+
+    gets, before = upstream.count("GET", "/items/"), balance(app)
+    first, again = call(), call()
+    assert first["isError"] is False and again["structuredContent"] == first["structuredContent"]
+    assert upstream.count("GET", "/items/") == gets + 1 and before - balance(app) == 1000  # ran once
