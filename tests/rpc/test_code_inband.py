@@ -21,6 +21,7 @@ from appliance.gateway import demo_api
 from tests.support.access_world import api, ok
 from tests.support.accounts import as_key, run
 from tests.support.clients import connect
+from tests.support.console_pages import signed_in
 from tests.support.inprocess import InProcess, served_in_process
 
 pytestmark = pytest.mark.inprocess
@@ -101,6 +102,10 @@ def test_a_2025_session_pauses_the_script_asks_and_goes_on_with_the_approved_cal
     [asked] = person.asked
     assert "demo__deleteNote (destructive)" in asked
     assert [r for _, r in setup.reasons(value["run"])] == [None, "approval_required", "approval_used", None]
+    # the console's call history marks each call the script made with its run
+    client, _ = signed_in(setup.app, setup.app.key)
+    page = client.get("/console/toolkits/default/demo").text
+    assert page.count(f"in script run {value['run']}") == 3  # createNote, deleteNote asked, then run
 
 
 def test_a_2025_no_ends_the_run_with_nothing_sent_and_says_what_ran_before(setup: Setup) -> None:
