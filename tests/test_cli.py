@@ -466,3 +466,36 @@ def test_eval_of_a_malformed_queries_file_exits_2(data: Path, tmp_path: Path) ->
     done = cli(data, "eval", str(queries))
     assert done.returncode == 2
     assert "gold" in done.stderr
+
+
+def test_code_runs_a_script_through_the_pipeline_and_prints_its_logs_and_result(
+    data: Path, upstream: PetstoreUpstream, tmp_path: Path
+) -> None:
+    script = tmp_path / "pets.js"
+    script.write_text(
+        "const pets = await petstore__listPets({ limit: 1 });\n"
+        "console.log('pets', pets.length);\n"
+        "return pets.map((p) => p.name);\n",
+        encoding="utf-8",
+    )
+    on = {**LOCAL, "TOOLSPOKE_CODE_TOOLS": "1"}
+    seen = len(upstream.requests)
+    done = cli(data, "code", str(script), env=on)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "pets 1" and json.loads(
+        "\n".join(done.stdout.splitlines()[1:])
+    ) == ["Rex"]
+    assert [r.path for r in upstream.requests[seen:]] == ["/v1/pets"]
+    write = tmp_path / "write.js"
+    write.write_text("return await petstore__createPets({});", encoding="utf-8")
+    refused = cli(data, "code", str(write), "--json", env=on)
+    assert refused.returncode == 1
+    value = json.loads(refused.stdout)["structuredContent"]
+    assert value["reason"] == "script_error" and value["calls"] == [
+        {"tool": "petstore__createPets", "outcome": "wrong_runner"}
+    ]
+    off = cli(data, "code", str(script), env=LOCAL)
+    assert off.returncode == 1 and "unknown tool 'use_code'" in off.stderr  # off unless turned on
+    empty = tmp_path / "empty.js"
+    empty.write_text("  \n", encoding="utf-8")
+    assert cli(data, "code", str(empty), env=on).returncode == 2
