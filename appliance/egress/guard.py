@@ -136,6 +136,7 @@ class EgressPolicy:
         # OPERATOR_NAME_RULES addresses (still resolved per request and pinned).
         self.operator_names: set[tuple[str, int]] = set()
         self._verdicts: dict[Address, object] = {}
+        self.hint = _HINT  # what a refusal tells the operator to do about it
 
     def allow_endpoint(self, host: str, port: int) -> None:
         """Allow exactly ``host``:``port`` (an IP literal or a name) whatever its address."""
@@ -155,6 +156,8 @@ class EgressPolicy:
         for a URL the guard refuses in shape (scheme, userinfo, odd IPv4 spellings).
         """
         policy = cls(resolver=resolver)
+        # ALLOWED_TOOL_CIDRS never widens this path, so a refusal must not point to it.
+        policy.hint = f"this path opens only the origin `{field}` names (ALLOWED_TOOL_CIDRS does not apply)"
         try:
             parsed = httpx.URL(url)
         except (httpx.InvalidURL, TypeError, ValueError) as exc:
@@ -219,7 +222,7 @@ class EgressPolicy:
             return None
         where = f"{addr} is" if host is None or host == str(addr) else f"{host} resolves to {addr}, which is"
         return UpstreamError(
-            f"{where} {rule}; {_HINT}",
+            f"{where} {rule}; {self.hint}",
             reason="ssrf_blocked",
             data={"address": str(addr), "rule": rule},
         )
