@@ -255,6 +255,23 @@ async def set_read_only(tx: WriteTx, prefix: str, read_only: bool) -> dict[str, 
     return out
 
 
+# What a key's holder may change after it was made (its scope is fixed: issue a new key).
+CHANGEABLE = ("budget_milli", "expires_at")
+
+
+async def set_limits(tx: WriteTx, prefix: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Change a key's budget (millicredits, None: none of its own) or expiry (None: never).
+    Its spending so far stays: a budget raised lets it spend the difference."""
+    if await key_info(tx, prefix) is None:
+        raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
+    for column in CHANGEABLE:
+        if column in changes:
+            await tx.run(f"UPDATE api_keys SET {column} = ? WHERE prefix = ?", (changes[column], prefix))
+    out = await key_info(tx, prefix)
+    assert out is not None
+    return out
+
+
 async def has_admin_key(conn: ReadConn) -> bool:
     row = await conn.one(
         "SELECT 1 FROM api_keys k JOIN users u ON u.id = k.user_id"

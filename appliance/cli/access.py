@@ -245,6 +245,23 @@ def keys_read_only(obj: Obj, prefix: str, off: bool) -> None:
     _show(obj, _run(obj, lambda rt: key_ops.set_read_only(rt, OPERATOR, prefix, not off)), _key_line)
 
 
+@keys.command("set")
+@click.argument("prefix")
+@click.option("--budget", default=None, help="Credits it may spend in all, or `none` (no budget of its own).")
+@click.option("--expires", default=None, help="RFC 3339 time, or `never`.")
+@click.pass_obj
+def keys_set(obj: Obj, prefix: str, budget: str | None, expires: str | None) -> None:
+    """Change a key's budget or expiry (what it spent so far still counts)."""
+    doc: dict[str, Any] = {}
+    if budget is not None:
+        doc["budget"] = None if budget == "none" else number(budget, "budget")
+    if expires is not None:
+        doc["expires_at"] = None if expires == "never" else expires
+    if not doc:
+        fail("name --budget or --expires", 2)
+    _show(obj, _run(obj, lambda rt: key_ops.update(rt, OPERATOR, prefix, doc)), _key_line)
+
+
 # -- grants ----------------------------------------------------------------------------------
 
 

@@ -327,9 +327,20 @@ PATHS: dict[str, dict[str, Any]] = {
     "/api/v1/keys/{prefix}": {
         "parameters": [_path("prefix", {"type": "string"})],
         "patch": _op(
-            "Make a key read-only (only read tools run) or lift that",
+            "Change a key: read-only (only read tools run) or not, its budget (null: none of its "
+            "own), its expiry (null: never)",
             _ref("Key"),
-            body=_obj({"read_only": {"type": "boolean"}}, ["read_only"], closed=True),
+            body={
+                **_obj(
+                    {
+                        "read_only": {"type": "boolean"},
+                        "budget": {"type": ["number", "null"], "minimum": 0},
+                        "expires_at": {"type": ["string", "null"], "format": "date-time"},
+                    },
+                    closed=True,
+                ),
+                "minProperties": 1,
+            },
         ),
         "delete": _op("Revoke a key (effective on its next request)", _ref("Key")),
     },

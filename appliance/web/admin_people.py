@@ -157,10 +157,10 @@ async def create_key(request: Request) -> Any:
 @bp.patch("/keys/<prefix:str>")
 @answers()
 async def update_key(request: Request, prefix: str) -> Any:
-    """Make a key read-only, or lift that (issue 20's read-only guard)."""
+    """A key's read-only flag (issue 20's guard), its budget or its expiry."""
     doc = body(request)
-    only(doc, {"read_only"})
-    return await keys.set_read_only(request.app.ctx.rt, _actor(request), prefix, doc.get("read_only"))
+    only(doc, {"read_only", "budget", "expires_at"})
+    return await keys.update(request.app.ctx.rt, _actor(request), prefix, doc)
 
 
 @bp.delete("/keys/<prefix:str>")

@@ -237,3 +237,44 @@ def test_the_cli_issues_a_narrowed_key_and_an_expired_key_is_refused_with_its_re
     with api(setup.app, made["key"]) as expired:
         refused = expired.get("/api/v1/keys")
     assert refused.status_code == 401 and refused.json()["error"]["reason"] == "key_expired"
+
+
+def test_a_keys_budget_and_expiry_change_after_it_was_made_and_what_it_spent_still_counts(
+    setup: Setup,
+) -> None:
+    with api(setup.app) as admin:
+        made = ok(admin.post("/api/v1/keys", json={"agent_id": setup.agent, "budget": 1}), 201)
+        prefix, key = made["prefix"], made["key"]
+        fee = setup.app.run(setup.app.rt.book.price(1, toolkit="demo")).fee_for("demo__listNotes", "read")
+        calls = 1000 // fee
+
+        async def spend(n: int) -> None:
+            async with connect(as_key(setup.app, key)) as client:
+                for _ in range(n):
+                    assert not (await client.call_tool("demo__listNotes", {})).is_error
+                with pytest.raises(MCPError) as over:
+                    await client.call_tool("demo__listNotes", {})
+                assert over.value.error.data["window"] == "key_budget"
+
+        run(spend(calls))
+        raised = ok(admin.patch(f"/api/v1/keys/{prefix}", json={"budget": 2}))
+        assert (raised["budget"], raised["spent"]) == (2, calls * fee / 1000)
+        run(spend(calls))  # the difference only: the first credit stays spent
+        for bad, field in (({"budget": -1}, "budget"), ({"expires_at": "soon"}, "expires_at"), ({}, "body")):
+            refused = admin.patch(f"/api/v1/keys/{prefix}", json=bad)
+            assert refused.status_code == 422 and refused.json()["error"]["field"] == field, refused.text
+        assert admin.patch(f"/api/v1/keys/{prefix}", json={"name": "x"}).status_code == 422  # not changeable
+        past = ok(admin.patch(f"/api/v1/keys/{prefix}", json={"expires_at": "2001-01-01T00:00:00Z"}))
+        assert past["expires_at"].startswith("2001-01-01") and past["budget"] == 2  # one change at a time
+    with setup.app.mcp_client(key) as client:
+        answer = client.post(setup.app.mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code == 401 and answer.json()["error"]["data"]["reason"] == "key_expired"
+    code, out, err = setup.cli("keys", "--json", "set", prefix, "--expires", "never", "--budget", "none")
+    assert code == 0, err
+    assert (json.loads(out)["expires_at"], json.loads(out)["budget"]) == (None, None)
+    assert setup.cli("keys", "set", prefix)[0] == 2
+    with setup.app.mcp_client(key) as client:  # past authentication: it asks for a session now
+        answer = client.post(setup.app.mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code == 400 and answer.json()["error"]["data"]["field"] == "mcp-session-id", (
+        answer.text
+    )

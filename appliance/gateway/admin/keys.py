@@ -205,6 +205,32 @@ async def set_read_only(rt: Runtime, actor: Principal, prefix: str, read_only: A
         return (await shown(tx, [await keys.set_read_only(tx, prefix, flag)]))[0]
 
 
+async def update(rt: Runtime, actor: Principal, prefix: str, doc: dict[str, Any]) -> dict[str, Any]:
+    """A key's read-only flag, budget (credits; null: none of its own) or expiry (RFC 3339;
+    null: never), any of them, by whoever manages the key's user. A budget or expiry is
+    checked whole before anything is written."""
+    principals.require_person(actor)
+    if not doc:
+        raise InvalidParams("name at least one of read_only, budget, expires_at", field="body")
+    changes: dict[str, Any] = {}
+    if "budget" in doc:
+        changes["budget_milli"] = None if doc["budget"] is None else parse_credits(doc["budget"], "budget")
+    if "expires_at" in doc:
+        changes["expires_at"] = None if doc["expires_at"] is None else keys.parse_expiry(doc["expires_at"])
+    flag = None
+    if "read_only" in doc:
+        policy.require_unguarded(actor)
+        flag = policy.check_flag(doc["read_only"])
+    async with rt.db.write() as tx:
+        found = await keys.key_info(tx, prefix)
+        if found is None or not principals.manages(actor, int(found["user_id"])):
+            raise NotFound(f"no key with prefix {prefix!r}", field="prefix")
+        listed = await keys.set_limits(tx, prefix, changes)
+        if flag is not None:
+            listed = await keys.set_read_only(tx, prefix, flag)
+        return (await shown(tx, [listed]))[0]
+
+
 def check_admin_key(key: str) -> None:
     """A key an operator supplies (``TOOLSPOKE_ADMIN_KEY``) has the form of one we generate."""
     keys.check_format(key)
