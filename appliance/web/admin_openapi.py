@@ -15,6 +15,7 @@ from sanic.response import HTTPResponse
 
 from appliance import __version__
 from appliance.web import admin_ledger_openapi
+from appliance.web.openapi_ids import with_ids
 
 bp = Blueprint("admin_openapi", url_prefix="/api/v1")
 
@@ -256,6 +257,11 @@ def _list(key: str, item: str) -> dict[str, Any]:
 
 
 _AGENT_BODY = _obj({"name": {"type": "string"}, "user_id": _ID, "preload": _NAMES}, closed=True)
+_KEY_CHANGE = {
+    "read_only": {"type": "boolean"},
+    "budget": {"type": ["number", "null"], "minimum": 0},
+    "expires_at": {"type": ["string", "null"], "format": "date-time"},
+}
 _GRANT_CHANGE = _obj({"tools": _NAMES, "enabled": {"type": "boolean"}}, closed=True)
 _KIND = _obj(
     {"kind": {"enum": ["read", "write", "destructive", "auto"]}, "project": {"type": "string"}}, ["kind"]
@@ -327,20 +333,9 @@ PATHS: dict[str, dict[str, Any]] = {
     "/api/v1/keys/{prefix}": {
         "parameters": [_path("prefix", {"type": "string"})],
         "patch": _op(
-            "Change a key: read-only (only read tools run) or not, its budget (null: none of its "
-            "own), its expiry (null: never)",
+            "Change a key: read-only or not, its budget (null: none), its expiry (null: never)",
             _ref("Key"),
-            body={
-                **_obj(
-                    {
-                        "read_only": {"type": "boolean"},
-                        "budget": {"type": ["number", "null"], "minimum": 0},
-                        "expires_at": {"type": ["string", "null"], "format": "date-time"},
-                    },
-                    closed=True,
-                ),
-                "minProperties": 1,
-            },
+            body={"minProperties": 1, **_obj(_KEY_CHANGE, closed=True)},
         ),
         "delete": _op("Revoke a key (effective on its next request)", _ref("Key")),
     },
@@ -761,31 +756,6 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-_METHODS = ("get", "put", "post", "delete", "patch")
-
-
-def operation_id(method: str, path: str) -> str:
-    """``get_toolkits_by_slug_calls`` for GET /api/v1/toolkits/{slug}/calls: stable (a function
-    of the route alone, so client generators keep their names across releases) and unique (one
-    per method and path; a parameter is ``by_<name>`` so it cannot meet a literal segment)."""
-    words = [method]
-    for segment in path.removeprefix("/api/v1/").split("/"):
-        name = segment.strip("{}")
-        words.append(f"by_{name}" if segment.startswith("{") else name)
-    return "_".join(w.replace("-", "_").replace(".", "_") for w in words)
-
-
-def _with_ids(paths: dict[str, Any]) -> dict[str, Any]:
-    # Copied, not set in place: one operation object may serve two paths (an alias).
-    return {
-        path: {
-            key: {**value, "operationId": operation_id(key, path)} if key in _METHODS else value
-            for key, value in item.items()
-        }
-        for path, item in paths.items()
-    }
-
-
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
@@ -801,7 +771,7 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": SCHEMAS,
         },
-        "paths": _with_ids({**PATHS, **admin_ledger_openapi.PATHS}),
+        "paths": with_ids({**PATHS, **admin_ledger_openapi.PATHS}),
     }
 
 
