@@ -67,6 +67,11 @@ class Host(Protocol):
 
     def cancelled(self) -> bool: ...
 
+    def paused(self) -> float:
+        """Seconds the run waited for a person (an approval asked in band): not the script's
+        time, so its wall-time limit is extended by them."""
+        ...
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -106,10 +111,10 @@ class _Run:
         self.wall = interrupt.install(self.ctx, self.should_stop)
 
     def should_stop(self) -> bool:
-        return time.monotonic() >= self.deadline or self.host.cancelled()
+        return self.left() <= 0 or self.host.cancelled()
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline + self.host.paused() - time.monotonic()
 
     def step(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One entry into JavaScript, stopped when the run's wall time is spent."""

@@ -26,6 +26,7 @@ import concurrent.futures as cf
 import hashlib
 import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,7 @@ class _Host:
     made: list[_Call] = field(default_factory=list)
     named: tuple[str, str, str] | None = None  # a retry's approval: (tool, arguments' hash, id)
     asker: Ask | None = None  # pause and ask in band (2025-era sessions whose client can)
+    waited: float = 0.0  # seconds spent waiting for a person: they extend the run's time limit
 
     def submit(self, name: str, arguments: str) -> cf.Future[engine.Delivery]:
         call = _Call(name)
@@ -113,6 +115,9 @@ class _Host:
 
     def cancelled(self) -> bool:
         return self.stop.is_set()
+
+    def paused(self) -> float:
+        return self.waited
 
     async def call(self, call: _Call, name: str, text: str) -> engine.Delivery:
         try:
@@ -125,7 +130,7 @@ class _Host:
             try:
                 result = await pipeline.run(self.rt, attempt)
             except ApprovalRequired as exc:
-                decided = await self.asker(exc) if self.asker is not None else None
+                decided = await self.ask(exc)
                 if decided is None:
                     raise
                 # The person decided while the script waited: the call again, naming it (a no
@@ -143,6 +148,16 @@ class _Host:
         if result.is_error:
             return _failure(_text_of(result) or "the tool failed", attempt.reason or "tool_error")
         return engine.Delivery(True, _value_json(result))
+
+    async def ask(self, exc: ApprovalRequired) -> str | None:
+        """The person's decision while the script waits (the wait is not the script's time)."""
+        if self.asker is None:
+            return None
+        started = time.monotonic()
+        try:
+            return await self.asker(exc)
+        finally:
+            self.waited += time.monotonic() - started
 
     def attempt(self, name: str, arguments: Any, approval: str | None) -> Attempt:
         return Attempt(

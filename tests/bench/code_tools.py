@@ -151,6 +151,9 @@ class _NoCalls:
     def cancelled(self) -> bool:
         return False
 
+    def paused(self) -> float:
+        return 0.0
+
 
 if __name__ == "__main__":
     sys.exit(main())

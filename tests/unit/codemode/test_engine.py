@@ -35,9 +35,13 @@ class TableHost:
         self.flying = 0
         self.most = 0
         self.gate = threading.Barrier(hold) if hold else None
+        self.waited = 0.0  # seconds "waiting for a person" (the gateway's in-band asks)
 
     def cancelled(self) -> bool:
         return self.stop.is_set()
+
+    def paused(self) -> float:
+        return self.waited
 
     def submit(self, name: str, arguments: str) -> cf.Future[engine.Delivery]:
         self.names.append(name)
@@ -192,3 +196,33 @@ def test_a_cancel_stops_a_loop_inside_its_step() -> None:
     started = time.monotonic()
     out = run("for (;;) {}", host, seconds=30)
     assert out.reason == "cancelled" and time.monotonic() - started < 5
+
+
+def test_time_spent_waiting_for_a_person_does_not_count_against_the_script() -> None:
+    host = TableHost()
+    host.waited = 3600.0  # as if a person took an hour to answer an approval asked in band
+    started = time.monotonic()
+    timer = threading.Timer(1.0, host.stop.set)  # ends the run, should the limit not hold
+    timer.start()
+    try:
+        out = run("for (;;) {}", host, seconds=0.2)
+    finally:
+        timer.cancel()
+    assert out.reason == "cancelled" and time.monotonic() - started >= 0.9  # not stopped at 0.2 s
+
+
+def test_the_global_object_holds_the_language_console_tools_and_the_named_tools_only() -> None:
+    standard = {  # ECMAScript's globals as QuickJS (quickjs-ng) defines them
+        "Object", "Function", "Error", "EvalError", "RangeError", "ReferenceError", "SyntaxError",
+        "TypeError", "URIError", "InternalError", "AggregateError", "SuppressedError", "Iterator",
+        "Array", "parseInt", "parseFloat", "isNaN", "isFinite", "queueMicrotask", "decodeURI",
+        "decodeURIComponent", "encodeURI", "encodeURIComponent", "escape", "unescape", "Infinity",
+        "NaN", "undefined", "eval", "Number", "Boolean", "String", "Math", "Reflect", "Symbol",
+        "DisposableStack", "globalThis", "BigInt", "Date", "RegExp", "JSON", "Proxy", "Map", "Set",
+        "WeakMap", "WeakSet", "ArrayBuffer", "Uint8ClampedArray", "Int8Array", "Uint8Array",
+        "Int16Array", "Uint16Array", "Int32Array", "Uint32Array", "BigInt64Array", "BigUint64Array",
+        "Float16Array", "Float32Array", "Float64Array", "DataView", "Promise", "AsyncDisposableStack",
+        "WeakRef", "FinalizationRegistry", "DOMException", "btoa", "atob",
+    }  # fmt: skip
+    out = run("kv__get; return Object.getOwnPropertyNames(globalThis)")
+    assert set(out.result) - standard == {"console", "tools", "kv__get"}
