@@ -25,6 +25,7 @@ run, e.g. one that waits for a person's approval; ``Outcome.ending`` carries it)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -153,6 +154,8 @@ class _Run:
         self.step(names, names_json(tool_names_in(self.source)))
         try:
             main = self.step(ctx.eval, wrap(self.source))
+        except (UnicodeEncodeError, ValueError) as exc:  # the binding takes C strings of UTF-8
+            raise _Ended("script_error", f"the script's text cannot be run: {exc}") from None
         except quickjs.JSException as exc:
             if "interrupted" in str(exc) or self.left() <= 0:
                 raise
@@ -184,7 +187,7 @@ class _Run:
 
     def collect(self) -> bool:
         """The outbox: log lines and calls are counted against their limits; True at the end."""
-        box = orjson.loads(self.step(self.take))
+        box = _loads(self.step(self.take))
         out, limits = self.out, self.limits
         for line in box["logs"]:
             out.output_bytes += len(line.encode("utf-8", "replace")) + 1
@@ -203,7 +206,7 @@ class _Run:
         out.output_bytes += len(body.encode("utf-8", "replace"))
         if out.output_bytes > limits.max_output_bytes:
             raise self.too_much()
-        value = _parsed(body)
+        value = _loads(body)
         if ok:
             out.reason, out.result = "ok", value
         elif self.out_of_memory(value if isinstance(value, str) else body):
@@ -265,11 +268,24 @@ class _Run:
         return "script_error", _first_lines(text)
 
 
-def _parsed(body: str) -> Any:
+def _loads(text: str) -> Any:
+    """JSON from the engine. ``JSON.stringify`` writes a lone surrogate (half of a UTF-16 pair,
+    which a script can make) as an escape that orjson refuses and no UTF-8 text can hold: such
+    text is read by the standard library and each lone surrogate becomes U+FFFD."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:  # a lone surrogate JSON.stringify escaped: keep the text
-        return body
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _well_formed(json.loads(text))
+
+
+def _well_formed(value: Any) -> Any:
+    if isinstance(value, str):  # a lone surrogate is two bytes of UTF-16: one U+FFFD
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [_well_formed(v) for v in value]
+    if isinstance(value, dict):
+        return {_well_formed(k): _well_formed(v) for k, v in value.items()}
+    return value
 
 
 def _first_lines(text: str, lines: int = 6, chars: int = 2000) -> str:

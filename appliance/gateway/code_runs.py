@@ -224,7 +224,16 @@ async def run(
     if not rt.settings.code_tools:
         raise unknown_tool(name)
     source: str = args["code"]
-    size = len(source.encode("utf-8", "surrogatepass"))
+    try:
+        size = len(source.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidParams(
+            f"the script is not valid Unicode: a lone surrogate at character {exc.start}", field="/code"
+        ) from None
+    if "\x00" in source:
+        raise InvalidParams(
+            f"the script holds a NUL character at {source.index(chr(0))}; write it as \\0", field="/code"
+        )
     if size > rt.settings.code_max_source_bytes:
         raise InvalidParams(
             f"the script is {size} bytes; at most {rt.settings.code_max_source_bytes} are accepted",
@@ -241,7 +250,7 @@ async def run(
         audit.classify(attempt, exc)
         await audit.script(rt, attempt)
         raise
-    digest = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()
     try:
         outcome = await _in_thread(rt, source, limits_of(rt), host)
     except BaseException:

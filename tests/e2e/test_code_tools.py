@@ -341,3 +341,31 @@ def test_a_script_sent_again_with_its_idempotency_key_is_answered_from_the_first
     first, again = call(), call()
     assert first["isError"] is False and again["structuredContent"] == first["structuredContent"]
     assert upstream.count("GET", "/items/") == gets + 1 and before - balance(app) == 1000  # ran once
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        ("return 'a\\u0000b'", "NUL character at 9"),
+        ("//" + "x" * 70000, "at most 65536 are accepted"),
+        # refused by the JSON parser of every face before anything reads it (-32700)
+        ("return '\\ud800'", "body is not valid JSON"),
+    ],
+)
+def test_a_script_the_engine_cannot_take_is_refused_naming_the_field_and_runs_nothing(
+    app: Appliance, code: str, said: str
+) -> None:
+    """Sent as raw JSON text: the escapes reach the server as they are (an SDK cannot even
+    encode a lone surrogate); a JSON-RPC -32602 names the field, and no run leaves a row."""
+    headers, body = modern_tools_call(app.key, "use_code", {"code": "CODE"})
+    text = json.dumps(body).replace('"CODE"', '"' + code + '"')
+    runs = len(
+        query(app.data_dir, "SELECT 1 FROM audit_log WHERE tool = 'use_code' AND code_run IS NOT NULL")
+    )
+    got = httpx.post(app.mcp_url, content=text, headers={**headers, "Content-Type": "application/json"})
+    error = got.json()["error"]
+    assert said in error["message"], error
+    if error["code"] != -32700:
+        assert error["code"] == -32602 and error["data"]["field"] == "/code", error
+    after = query(app.data_dir, "SELECT 1 FROM audit_log WHERE tool = 'use_code' AND code_run IS NOT NULL")
+    assert len(after) == runs

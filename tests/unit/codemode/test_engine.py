@@ -226,3 +226,14 @@ def test_the_global_object_holds_the_language_console_tools_and_the_named_tools_
     }  # fmt: skip
     out = run("kv__get; return Object.getOwnPropertyNames(globalThis)")
     assert set(out.result) - standard == {"console", "tools", "kv__get"}
+
+
+def test_lone_surrogates_a_script_makes_reach_python_as_replacement_characters() -> None:
+    out = run("console.log('a\\udc00b'); return { ['k\\ud800']: ['\\ud83d', '\\ud83d\\ude00'] }")
+    assert (out.ok, out.logs, out.result) == (True, ["a\ufffdb"], {"k\ufffd": ["\ufffd", "\U0001f600"]})
+
+
+def test_text_the_engine_cannot_take_ends_the_run_as_a_script_error_not_a_crash() -> None:
+    for source in ("return 'a\x00b'", "return '\ud800'"):
+        out = run(source)
+        assert out.reason == "script_error" and "cannot be run" in (out.error or "")
