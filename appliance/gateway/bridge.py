@@ -257,10 +257,11 @@ async def call_bridge(
     if name in code_runs.CODE_NAMES:  # a script: each of its calls takes the pipeline
         try:
             validate_arguments(code_runs.CODE_SCHEMA, args)
-        except InvalidParams as exc:  # a script that could not start is an attempt all the same
+            started = code_runs.run(rt, principal, name, args, approval=approval, asker=asker)
+            return await started
+        except InvalidParams as exc:  # a script refused before it ran is an attempt all the same
             await audit.refused(rt, principal, name, exc, runner=name)
             raise
-        return await code_runs.run(rt, principal, name, args, approval=approval, asker=asker)
     spec = next(t for t in BRIDGE_TOOLS if t["name"] == name)
     if name not in RUNNERS:
         accounting.limit(rt, principal, browse=True)  # free and unaudited, but not unlimited

@@ -356,16 +356,18 @@ def test_a_script_the_engine_cannot_take_is_refused_naming_the_field_and_runs_no
     app: Appliance, code: str, said: str
 ) -> None:
     """Sent as raw JSON text: the escapes reach the server as they are (an SDK cannot even
-    encode a lone surrogate); a JSON-RPC -32602 names the field, and no run leaves a row."""
+    encode a lone surrogate); a JSON-RPC -32602 names the field, and the attempt leaves its row
+    (outcome invalid) but no run does."""
     headers, body = modern_tools_call(app.key, "use_code", {"code": "CODE"})
     text = json.dumps(body).replace('"CODE"', '"' + code + '"')
-    runs = len(
-        query(app.data_dir, "SELECT 1 FROM audit_log WHERE tool = 'use_code' AND code_run IS NOT NULL")
-    )
+    rows = "SELECT code_run, outcome FROM audit_log WHERE tool = 'use_code' ORDER BY id"
+    before = query(app.data_dir, rows)
     got = httpx.post(app.mcp_url, content=text, headers={**headers, "Content-Type": "application/json"})
     error = got.json()["error"]
     assert said in error["message"], error
-    if error["code"] != -32700:
+    after = query(app.data_dir, rows)[len(before) :]
+    if error["code"] == -32700:
+        assert after == []  # not a tool call yet: the body never parsed
+    else:
         assert error["code"] == -32602 and error["data"]["field"] == "/code", error
-    after = query(app.data_dir, "SELECT 1 FROM audit_log WHERE tool = 'use_code' AND code_run IS NOT NULL")
-    assert len(after) == runs
+        assert after == [(None, "invalid")]  # the attempt's row, and no run
