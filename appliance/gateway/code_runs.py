@@ -36,7 +36,7 @@ import orjson
 from appliance.access import approvals as approval_store
 from appliance.codemode import engine
 from appliance.errors import ApplianceError, ApprovalRefused, ApprovalRequired, InvalidParams, Unauthorized
-from appliance.gateway import accounting, answers, audit, pipeline, redaction
+from appliance.gateway import accounting, answers, audit, auth, pipeline, redaction
 from appliance.gateway.attempt import Attempt
 from appliance.gateway.calls import CODE_RUNNERS, unknown_tool
 from appliance.gateway.idempotency import scope_of
@@ -70,6 +70,7 @@ CODE_TOOLS: list[dict[str, Any]] = [
     },
 ]
 CODE_NAMES = frozenset(t["name"] for t in CODE_TOOLS)
+KEY_RECHECK_S = 1.0  # how stale the run's knowledge that its caller's key is live may be
 # A face's way to ask the person at its client for an approval while the script waits: the
 # approval's id once decided (yes or no), None when it cannot ask (rpc/inband.asker).
 Ask = Callable[[ApprovalRequired], Awaitable[str | None]]
@@ -107,6 +108,7 @@ class _Host:
     named: tuple[str, str, str] | None = None  # a retry's approval: (tool, arguments' hash, id)
     asker: Ask | None = None  # pause and ask in band (2025-era sessions whose client can)
     waited: float = 0.0  # seconds spent waiting for a person: they extend the run's time limit
+    checked: float = field(default_factory=time.monotonic)  # when the caller's key was last live
 
     def submit(self, name: str, arguments: str) -> cf.Future[engine.Delivery]:
         call = _Call(name)
@@ -127,6 +129,7 @@ class _Host:
             return _failure("the input is not JSON that can be sent (a lone surrogate?)", "invalid_params")
         attempt = self.attempt(name, arguments, self.approval_for(name, arguments))
         try:
+            await self.key_live()
             try:
                 result = await pipeline.run(self.rt, attempt)
             except ApprovalRequired as exc:
@@ -148,6 +151,14 @@ class _Host:
         if result.is_error:
             return _failure(_text_of(result) or "the tool failed", attempt.reason or "tool_error")
         return engine.Delivery(True, _value_json(result))
+
+    async def key_live(self) -> None:
+        """The run's calls act for the key that started it: a key revoked (or expired) while the
+        script runs ends the run at its next call, looked up at most once a second."""
+        now = time.monotonic()
+        if now - self.checked >= KEY_RECHECK_S:
+            self.checked = now
+            await auth.still_live(self.rt, self.principal)
 
     async def ask(self, exc: ApprovalRequired) -> str | None:
         """The person's decision while the script waits (the wait is not the script's time)."""

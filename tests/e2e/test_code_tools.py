@@ -371,3 +371,35 @@ def test_a_script_the_engine_cannot_take_is_refused_naming_the_field_and_runs_no
     else:
         assert error["code"] == -32602 and error["data"]["field"] == "/code", error
         assert after == [(None, "invalid")]  # the attempt's row, and no run
+
+
+def test_a_key_revoked_while_its_script_runs_ends_the_run_at_its_next_call(
+    app: Appliance, upstream: ItemsUpstream
+) -> None:
+    agent = query(app.data_dir, "SELECT id FROM agents WHERE name = 'bot'")[0][0]
+    made = admin(as_key(app, ADMIN_KEY), "POST", "/keys", {"agent_id": agent}).json()
+    # one call, then more than the key check's second of busy work, then the next call
+    code = """
+    await inv__getItem({ id: 5 });
+    const until = Date.now() + 1500; while (Date.now() < until) {}
+    await inv__getItem({ id: 6 });
+    return 'ran on';
+    """
+    gets, sixes = upstream.count("GET", "/items/5"), upstream.count("GET", "/items/6")
+
+    async def scenario() -> Any:
+        running = asyncio.create_task(script(as_key(app, made["key"]), code))
+        while upstream.count("GET", "/items/5") == gets:  # the first call reached the upstream
+            assert not running.done(), running.result()
+            await asyncio.sleep(0.01)
+        revoked = admin(as_key(app, ADMIN_KEY), "DELETE", f"/keys/{made['prefix']}")
+        assert revoked.status_code == 200, revoked.text
+        return await asyncio.gather(running, return_exceptions=True)
+
+    [ended] = run(scenario())
+    assert isinstance(ended, BaseException) and "'reason': 'unauthorized'" in repr(ended), ended
+    assert upstream.count("GET", "/items/6") == sixes  # the call after the revocation never left
+    own = query(
+        app.data_dir, "SELECT outcome, reason FROM audit_log WHERE tool = 'use_code' ORDER BY id DESC LIMIT 1"
+    )
+    assert own == [("blocked", "unauthorized")], own
