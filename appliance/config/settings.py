@@ -150,7 +150,7 @@ class Settings:
         2,
         values.positive(int),
         "Script runs at once in this process (each holds a thread while it runs); more wait for a place, "
-        "within their own wall time.",
+        "at most their own wall time, then end `code_busy`.",
     )
     dataflow_window_s: float = _setting(
         "TOOLSPOKE_DATAFLOW_WINDOW_S",

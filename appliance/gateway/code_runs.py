@@ -300,7 +300,11 @@ async def _in_thread(rt: Runtime, source: str, limits: engine.Limits, host: _Hos
     loop = asyncio.get_running_loop()
     done: asyncio.Future[engine.Outcome] = loop.create_future()
     slots = rt.code_slots
-    await slots.acquire()
+    try:  # a place, within the run's own time: scripts waiting behind others never pile up
+        await asyncio.wait_for(slots.acquire(), timeout=limits.seconds)
+    except TimeoutError:
+        busy = f"no place to run within {limits.seconds:g} s: {rt.settings.code_runs_at_once} script(s) ran"
+        return engine.Outcome(ok=False, reason="code_busy", error=busy + " the whole time; try again")
 
     def work() -> None:
         try:

@@ -26,7 +26,7 @@ from tests.support.inprocess import InProcess, served_in_process
 
 pytestmark = pytest.mark.inprocess
 
-ENV = {"TOOLSPOKE_CODE_TOOLS": "1"}
+ENV = {"TOOLSPOKE_CODE_TOOLS": "1", "TOOLSPOKE_CODE_SECONDS": "2"}
 CHAIN = """
 const made = await demo__createNote({ body: { title: 'scratch' } });
 const gone = await demo__deleteNote({ noteId: made.id });
@@ -123,3 +123,31 @@ def test_a_2026_client_runs_the_script_again_after_its_input_required_round_trip
     # the demo has no note 7070: its 404 is the answer, but the call ran, once
     assert result.structured_content["result"] == "upstream_http_error"
     assert setup.hits[hits:] == ["DELETE"] and len(person.asked) == 1
+
+
+def test_a_script_with_no_place_to_run_within_its_time_ends_busy_and_runs_nothing(setup: Setup) -> None:
+    slots = setup.app.rt.code_slots
+    places = setup.app.rt.settings.code_runs_at_once
+    for _ in range(places):  # every place taken, as by scripts running the whole time
+        setup.app.run(slots.acquire())
+    hits = len(setup.hits)
+    try:
+
+        async def call() -> Any:
+            async with connect(as_key(setup.app, setup.key)) as client:
+                return await client.call_tool("use_code", {"code": "return await demo__listNotes({})"})
+
+        result = run(call())
+    finally:
+
+        async def give_back() -> None:  # on the app's loop, which the semaphore belongs to
+            for _ in range(places):
+                slots.release()
+
+        setup.app.run(give_back())
+    value = result.structured_content
+    assert (
+        result.is_error and value["reason"] == "code_busy" and "no place to run within 2 s" in value["error"]
+    )
+    assert value["calls"] == [] and len(setup.hits) == hits
+    assert setup.reasons(value["run"]) == [("use_code", "code_busy")]
