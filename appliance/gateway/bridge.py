@@ -257,8 +257,7 @@ async def call_bridge(
     if name in code_runs.CODE_NAMES:  # a script: each of its calls takes the pipeline
         try:
             validate_arguments(code_runs.CODE_SCHEMA, args)
-            started = code_runs.run(rt, principal, name, args, approval=approval, asker=asker)
-            return await started
+            return await code_runs.run(rt, principal, name, args, approval=approval, asker=asker)
         except InvalidParams as exc:  # a script refused before it ran is an attempt all the same
             await audit.refused(rt, principal, name, exc, runner=name)
             raise

@@ -201,8 +201,12 @@ def _call_key(name: str, arguments: Any) -> str:
     return "code:" + hashlib.sha256(f"{name}\n{text}".encode()).hexdigest()[:40]
 
 
+def _texts(result: CallResult) -> list[str]:
+    return [c["text"] for c in result.content if c.get("type") == "text" and isinstance(c.get("text"), str)]
+
+
 def _text_of(result: CallResult) -> str:
-    return "\n".join(str(c.get("text", "")) for c in result.content if c.get("type") == "text")
+    return "\n".join(_texts(result))
 
 
 def _value_json(result: CallResult) -> str:
@@ -210,12 +214,12 @@ def _value_json(result: CallResult) -> str:
     it is JSON, else its text; a result without text (an image) as its content list."""
     if result.structured is not None:
         return orjson.dumps(result.structured).decode()
-    texts = [c for c in result.content if c.get("type") == "text"]
+    texts = _texts(result)
     if not texts:
         return orjson.dumps(result.content).decode()
-    text = _text_of(result)
+    text = "\n".join(texts)
     try:
-        orjson.loads(text)
+        orjson.loads(text)  # JSON already: handed over as it is, parsed once more in the engine
         return text
     except orjson.JSONDecodeError:
         return orjson.dumps(text).decode()

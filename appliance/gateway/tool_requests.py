@@ -18,13 +18,14 @@ name (``gateway/pipeline.py``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.errors import ApplianceError, ApprovalRequired, InvalidParams
+from appliance.errors import ApplianceError, InvalidParams
 from appliance.gateway import accounting, audit, bridge, direct, idempotency
 from appliance.gateway.calls import resolve_tool
+from appliance.gateway.code_runs import Ask
 from appliance.gateway.pipeline import call_tool
 from appliance.gateway.runtime import Runtime
 from appliance.models import CallResult, Principal, Tool, Toolkit
@@ -32,9 +33,6 @@ from appliance.protocol.meta import APPROVAL_KEY
 from appliance.protocol.relays import LogRelay, ProgressCallback
 
 MAX_APPROVAL_ID = 64
-# How a face asks the person at its client to decide an approval while a script waits
-# (``rpc/inband.asker``): the approval's id once decided, None when it cannot be asked.
-Ask = Callable[[ApprovalRequired], Awaitable[str | None]]
 
 
 @dataclass(slots=True)
