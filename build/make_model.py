@@ -7,7 +7,9 @@ torch are never installed). Output, in ``appliance/search/model/``:
 - ``minilm-l6-v2-int8.onnx``: the BERT encoder written out op by op from the weights (opset 17),
   mean pooling over the attention mask and L2 normalisation inside the graph, then dynamic int8
   quantisation with per-channel weights (quality within noise of fp32 on the bench sets, a
-  fifth of the latency, a quarter of the size: ``docs/search.md``);
+  fifth of the latency, a quarter of the size: ``docs/search.md``); a second output,
+  ``token_states``, holds the last layer's state of every token (search pools a long request's
+  asks from it);
 - ``tokenizer.json``: the model's WordPiece tokenizer, as shipped;
 - ``MODEL_NOTICE.txt``: where the weights come from and their licence.
 
@@ -171,6 +173,9 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.
     count = g.op("Clip", [g.op("ReduceSum", [m3, "axis_seq"], keepdims=0), f32("tiny", 1e-9)])
     mean = g.op("Div", [total, count])
     g.nodes.append(helper.make_node("LpNormalization", [mean], ["embeddings"], axis=1, p=2, name="normalise"))
+    # The last layer's token states too: search pools a long request's asks from them
+    # (search/asks.py) instead of running the model once per ask.
+    g.nodes.append(helper.make_node("Identity", [x], ["token_states"], name="token_states"))
 
     graph = helper.make_graph(
         g.nodes,
@@ -179,7 +184,10 @@ def build_graph(weights: dict[str, np.ndarray], config: dict[str, Any]) -> onnx.
             helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "seq"]),
             helper.make_tensor_value_info(mask, TensorProto.INT64, ["batch", "seq"]),
         ],
-        [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", hidden])],
+        [
+            helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", hidden]),
+            helper.make_tensor_value_info("token_states", TensorProto.FLOAT, ["batch", "seq", hidden]),
+        ],
         g.inits,
     )
     model = helper.make_model(

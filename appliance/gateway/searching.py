@@ -22,9 +22,11 @@ from appliance.gateway import policy
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
 from appliance.search import fts, hybrid, usage, vectors
+from appliance.search.asks import asks_of
 from appliance.search.text import MAX_QUERY_CHARS
 
 Ranking = Literal["auto", "lexical", "semantic", "hybrid"]
+Hits = list[tuple[int, float]]
 SPARE = 8
 
 
@@ -43,6 +45,7 @@ class Explained:
     semantic_part: float | None = None
     service_part: float | None = None
     usage_part: float | None = None  # what the usage boost gave (None: off)
+    ask_part: float | None = None  # what the request's asks gave (None: not split into asks)
 
 
 @dataclass
@@ -102,25 +105,32 @@ async def search(
     sem = rt.semantic
     model_id = sem.model_id if ranking != "lexical" else None
     depth = max(n, hybrid.CANDIDATES) if model_id else n
+    # A long request's asks are ranked too (search/asks.py), in hybrid rankings only: lexically
+    # alone they helped ToolBench and cost the other three sets (docs/search.md, "Asks").
+    asks = asks_of(query) if model_id and ranking != "semantic" else []
     # The query embedding (the longest step) runs beside the lexical pass rather than after it,
     # when this process's last search used the semantic pass; the lexical pass then decides.
-    early = asyncio.ensure_future(sem.query_vector(query)) if model_id and sem.expect_semantic() else None
+    early = (
+        asyncio.ensure_future(sem.query_vectors(query, asks)) if model_id and sem.expect_semantic() else None
+    )
 
-    def first(
-        reader: SyncReader,
-    ) -> tuple[list[tuple[int, float]], str, set[int] | None, list[Tool], Scope | None]:
+    def first(reader: SyncReader) -> tuple[list[Hits], str, set[int] | None, list[Tool], Scope | None]:
         # The caller's scope, ranking and loading share one hop to the reader's thread.
         # What could run (access narrowed by the call policy): search shows nothing else.
         scope = None if principal is None else policy.runnable_in(reader, rt, principal)
-        lexical = fts.search_in(
-            reader,
-            query,
-            limit=depth,
-            toolkit=toolkit,
-            project=project,
-            allowed_toolkit_ids=allowed_toolkit_ids,
-            scope=scope,
-        )
+
+        def words(text: str, limit: int) -> Hits:
+            return fts.search_in(
+                reader,
+                text,
+                limit=limit,
+                toolkit=toolkit,
+                project=project,
+                allowed_toolkit_ids=allowed_toolkit_ids,
+                scope=scope,
+            )
+
+        lexical = words(query, depth)
         reason = _why_not_semantic(reader, model_id, settings.semantic_search, ranking)
         visible: set[int] | None = None
         if not reason and model_id is not None:
@@ -130,12 +140,12 @@ async def search(
                 reason = "not_embedded"
         if reason or model_id is None:
             top = lexical[:n]
-            return top, reason, None, store.tools_by_ids_in(reader, [t for t, _ in top], scope=scope), scope
-        return lexical, "", visible, [], scope
+            return [top], reason, None, store.tools_by_ids_in(reader, [t for t, _ in top], scope=scope), scope
+        return [lexical] + [words(a.text, hybrid.CANDIDATES) for a in asks], "", visible, [], scope
 
     try:
         async with rt.db.read() as conn:
-            lexical, reason, visible, tools, scope = await conn.batch(first)
+            (lexical, *ask_lexical), reason, visible, tools, scope = await conn.batch(first)
     except BaseException:
         if early is not None:
             early.cancel()
@@ -147,7 +157,7 @@ async def search(
             early.cancel()  # a local embedding still finishes in its thread; its result is dropped
         return _lexical_outcome(rt, query, lexical, tools, reason if ranking != "lexical" else "")
 
-    qvec = await (early if early is not None else sem.query_vector(query))
+    qvec, ask_vecs = await (early if early is not None else sem.query_vectors(query, asks))
     if qvec is None:
         async with rt.db.read() as conn:
             top = lexical[:n]
@@ -165,11 +175,19 @@ async def search(
         if ranking == "semantic":
             fused = [hybrid.Fused(t, s, None, None, i + 1, s) for i, (t, s) in enumerate(near[:spare])]
         else:
-            ids = [t for t, _ in lexical] + [t for t, _ in near]
+            # Each ask with a vector: its own words' list, and by meaning it ranks what the
+            # request found and what its words found (vectors.among).
+            found = {t for hits in (lexical, near) for t, _ in hits}
+            pairs = [
+                (said, vectors.among(matrix, found | {t for t, _ in said}, v, k=hybrid.CANDIDATES))
+                for said, v in zip(ask_lexical, ask_vecs, strict=True)
+                if v is not None and matrix is not None
+            ]
+            ids = [t for hits in (lexical, near, *(h for pair in pairs for h in pair)) for t, _ in hits]
             kits = {} if matrix is None else vectors.groups_of(matrix, ids)
             # The optional usage boost (search/hybrid.py): calls logged after this query.
             used = hybrid.usage_prior(*usage.observed_in(reader, query)) if boost else None
-            fused = hybrid.fuse(lexical, near, limit=spare, toolkit_of=kits, usage=used)
+            fused = hybrid.rank(lexical, near, pairs, limit=spare, toolkit_of=kits, usage=used)
         return fused, store.tools_by_ids_in(reader, [f.tool_id for f in fused], scope=scope)
 
     async with rt.db.read() as conn:
@@ -187,6 +205,7 @@ async def search(
             f.semantic_part,
             f.service_part,
             f.usage_part,
+            f.ask_part,
         )
         for f in fused
         if f.tool_id in by_id

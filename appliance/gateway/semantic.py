@@ -20,6 +20,7 @@ import numpy as np
 from appliance.config import Settings
 from appliance.errors import ConfigError
 from appliance.gateway.semantic_egress import EmbeddingsEgress
+from appliance.search.asks import Ask
 from appliance.search.embedders import (
     MODEL_DIR,
     Embedder,
@@ -108,7 +109,8 @@ class Semantic:
         self._wake: asyncio.Event | None = None
         # Recent query vectors: agents repeat searches (a retry, the same use case in a new
         # session). A stream of distinct queries gains nothing from it.
-        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        # A request's vector and its asks' (``query_vectors``), by the request's text.
+        self._recent: OrderedDict[str, tuple[np.ndarray, list[np.ndarray | None]]] = OrderedDict()
         # Whether this process's last search used the semantic pass: then the next one embeds
         # its query while the lexical pass runs. False at start, so a switched-off or unembedded
         # appliance never sends a query to the provider; after the switch is turned off in
@@ -142,27 +144,40 @@ class Semantic:
 
     async def query_vector(self, text: str) -> np.ndarray | None:
         """The query's vector, or None (the search goes lexical); never raises."""
+        vector, _ = await self.query_vectors(text, [])
+        return vector
+
+    async def query_vectors(
+        self, text: str, asks: list[Ask]
+    ) -> tuple[np.ndarray | None, list[np.ndarray | None]]:
+        """The request's vector and each of its asks' (``search/asks.py``), or None for the
+        request (the search goes lexical) and for an ask the provider could not place; never
+        raises. Remembered by the request's text: its asks follow from it."""
         provider = self.provider
+        none: list[np.ndarray | None] = [None] * len(asks)
         if provider is None or self.breaker_open():
             if provider is not None:
                 self.counts["breaker_open"] += 1
-            return None
+            return None, none
         cached = self._recent.get(text)
-        if cached is not None:
+        if cached is not None and len(cached[1]) == len(asks):
             self._recent.move_to_end(text)
             self.counts["query_cache_hits"] += 1
             return cached
         try:
-            rows = await provider.embed([text], timeout_s=self.settings.embeddings_timeout_s)
+            vector, pooled = await provider.embed_query(
+                text, asks, timeout_s=self.settings.embeddings_timeout_s
+            )
         except EmbeddingError as exc:
             self._trip(exc.reason)
-            return None
-        vector: np.ndarray = rows[0]
-        vector.flags.writeable = False  # shared by every search that repeats this query
-        self._recent[text] = vector
+            return None, none
+        for row in (vector, *pooled):
+            if row is not None:
+                row.flags.writeable = False  # shared by every search that repeats this query
+        self._recent[text] = (vector, pooled)
         if len(self._recent) > RECENT_QUERIES:
             self._recent.popitem(last=False)
-        return vector
+        return vector, pooled
 
     def _trip(self, reason: str) -> None:
         self.counts["provider_errors"] += 1

@@ -429,6 +429,23 @@ def nearest(
     return [(int(matrix.ids[i]), float(s)) for i, s in zip(index, scores[top], strict=True) if np.isfinite(s)]
 
 
+def among(matrix: Matrix, tool_ids: Collection[int], query: np.ndarray, *, k: int) -> list[tuple[int, float]]:
+    """The ``k`` of ``tool_ids`` (those with a vector) most similar to ``query``, as (tool id,
+    cosine), best first: exact, for a few hundred candidates. A request's asks rank only what the
+    request and the ask's own words found (docs/search.md, "Asks"): that scored as well as a
+    search of the whole catalogue per ask, which costs 3.3 ms at 100,000 tools."""
+    if not tool_ids or k <= 0 or matrix.ids.shape[0] == 0 or query.shape[0] != matrix.vectors.shape[1]:
+        return []
+    wanted = np.unique(np.fromiter(tool_ids, dtype=np.int64, count=len(tool_ids)))
+    pos = np.minimum(np.searchsorted(matrix.ids, wanted), matrix.ids.shape[0] - 1)
+    rows = pos[matrix.ids[pos] == wanted]
+    if rows.shape[0] == 0:
+        return []
+    scores = _dot(_rows(matrix, rows), query.astype(np.float32))
+    top = np.argsort(-scores, kind="stable")[:k]
+    return [(int(matrix.ids[rows[i]]), float(scores[i])) for i in top]
+
+
 def groups_of(matrix: Matrix, tool_ids: Sequence[int]) -> dict[int, int]:
     """The service (toolkit + group: OpenAPI tag, catalogue toolkit) of each of ``tool_ids``
     that has a vector, as an opaque code (the matrix keeps ids sorted)."""

@@ -1,13 +1,14 @@
 """Two-fold cross-validation of the hybrid fusion's knobs on the dev queries (issue 7).
 
 ``retrieval.py`` calls ``cross_validate`` on each data directory it has imported and backfilled.
-For every dev query it gathers, once, what the shipped search fuses (``fts.search_in``, the
-query vector from the configured provider, ``vectors.nearest`` and ``vectors.groups_of``, each
-``hybrid.CANDIDATES`` deep), then re-fuses with ``hybrid.fuse`` over a grid of lexical weight x
-service boost. The queries of each set are split in two halves by a hash of their id; the knobs
-that give the best mean nDCG@10 over the four sets on one half are scored on the other half,
-both ways, so every query is scored once with knobs chosen without it. A held-out figure close
-to the full-dev figure says the knobs are not fitted to these queries.
+For every dev query it gathers, once, what the shipped search fuses (``fts.search_in``, the query
+vector from the configured provider, ``vectors.nearest`` and ``vectors.groups_of``, each
+``hybrid.CANDIDATES`` deep; the same for each of its asks, ``search/asks.py``), then ranks again
+with ``hybrid.rank`` over a grid of lexical weight x service boost. The queries of each set are
+split in two halves by a hash of their id; the knobs that give the best mean nDCG@10 over the four
+sets on one half are scored on the other half, both ways, so every query is scored once with knobs
+chosen without it. A held-out figure close to the full-dev figure says the knobs are not fitted to
+these queries.
 
 Run alone: ``.venv/bin/python tests/bench/retrieval_cv.py DATA_DIR SET [SET ...]`` on a data
 directory that ``retrieval.py`` (or the CLI) has imported and backfilled.
@@ -40,6 +41,8 @@ class Gathered:
     lexical: list[tuple[int, float]]
     semantic: list[tuple[int, float]]
     groups: dict[int, int]
+    # each ask's (lexical, semantic) lists (search/asks.py); empty when the query has none
+    asks: list[tuple[list[tuple[int, float]], list[tuple[int, float]]]]
 
 
 @dataclass
@@ -60,6 +63,7 @@ async def gather(data: str, sets: Sequence[str]) -> dict[str, SetData]:
     from appliance.cli.common import settings_for
     from appliance.gateway.runtime import Runtime
     from appliance.search import fts, hybrid, vectors
+    from appliance.search.asks import asks_of
 
     rt = Runtime(settings_for(None, data_dir=data))
     await rt.open()
@@ -79,15 +83,25 @@ async def gather(data: str, sets: Sequence[str]) -> dict[str, SetData]:
                     continue
                 doc = json.loads(line)
                 query = doc["query"]
+                asks = asks_of(query)
+                texts = [query, *(a.text for a in asks)]
                 async with rt.db.read() as conn:
-                    lexical = await conn.batch(
-                        lambda r, q=query: fts.search_in(r, q, limit=hybrid.CANDIDATES)
+                    said = await conn.batch(
+                        lambda r, ts=texts: [fts.search_in(r, t, limit=hybrid.CANDIDATES) for t in ts]
                     )
-                qvec = await rt.semantic.query_vector(query)
+                qvec, ask_vecs = await rt.semantic.query_vectors(query, asks)
                 assert qvec is not None
                 near = vectors.nearest(matrix, qvec, k=hybrid.CANDIDATES)
-                groups = vectors.groups_of(matrix, [t for t, _ in lexical] + [t for t, _ in near])
-                items.append(Gathered(str(doc["id"]), set(doc["gold"]), lexical, near, groups))
+                # as gateway/searching.py ranks a request's asks
+                found = {t for hits in (said[0], near) for t, _ in hits}
+                pairs = [
+                    (words, vectors.among(matrix, found | {t for t, _ in words}, v, k=hybrid.CANDIDATES))
+                    for words, v in zip(said[1:], ask_vecs, strict=True)
+                    if v is not None
+                ]
+                ids = [t for hits in (said[0], near, *(h for p in pairs for h in p)) for t, _ in hits]
+                groups = vectors.groups_of(matrix, ids)
+                items.append(Gathered(str(doc["id"]), set(doc["gold"]), said[0], near, groups, pairs))
             out[name] = SetData(items, tools)
         return out
     finally:
@@ -101,9 +115,10 @@ def scores(data: SetData, weight: float, boost: float, by_confidence: bool) -> l
 
     out = []
     for item in data.items:
-        fused = hybrid.fuse(
+        fused = hybrid.rank(
             item.lexical,
             item.semantic,
+            item.asks,
             limit=100,
             toolkit_of=item.groups,
             lexical_weight=weight,

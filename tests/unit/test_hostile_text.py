@@ -43,7 +43,7 @@ from appliance.mcpclient import http_transport as mcp_http
 from appliance.oauthclient import challenge, documents
 from appliance.protocol import param_headers
 from appliance.rpc import jsonrpc
-from appliance.search import text
+from appliance.search import asks, text
 from appliance.secret import Redactor
 
 RATIO = 8.0
@@ -141,6 +141,8 @@ PASSES: dict[str, Callable[[str], Any]] = {
     "jsonrpc._STRUCTURE": lambda s: jsonrpc.text_too_deep(s.encode(), limit=1 << 30),
     "credentials._TOKEN": lambda s: credentials._TOKEN.fullmatch(s),
     "artifacts._HANDLE": lambda s: artifacts._HANDLE.fullmatch(s),  # a read_result handle
+    # a search request split into its asks (at most 2,000 characters; here unbounded)
+    "asks._WORD": asks.asks_of,
     # a script's text (use_code, run_code; at most 64 KiB by default, here unbounded)
     "prelude._TOOL_IDENT": lambda s: prelude.tool_names_in(s + " a__b " + s),
     "credentials._ENV_NAME": lambda s: credentials._ENV_NAME.fullmatch(s),

@@ -63,12 +63,15 @@ def _why(r: searching.Explained, ranking: str) -> str:
 
 
 def _parts(r: searching.Explained) -> str:
-    """What each term gave the fused score, e.g. ``: words +0.52, meaning +0.31, service +0.12``."""
+    """What each term gave the fused score, e.g. ``: words +0.52, meaning +0.31, service +0.12``
+    (and, for a request of several asks, ``its best ask``: search/asks.py)."""
     if r.lexical_part is None or r.semantic_part is None:
         return ""
     terms = [f"words {r.lexical_part:+.2f}", f"meaning {r.semantic_part:+.2f}"]
     if r.service_part:
         terms.append(f"its service {r.service_part:+.2f}")
+    if r.ask_part is not None:
+        terms.append(f"its best ask {r.ask_part:+.2f}")
     if r.usage_part:
         terms.append(f"observed use {r.usage_part:+.2f}")
     return ": " + ", ".join(terms)
@@ -108,6 +111,7 @@ async def search(
                 "lexical_part": r.lexical_part,
                 "semantic_part": r.semantic_part,
                 "service_part": r.service_part,
+                "ask_part": r.ask_part,
                 "why": _why(r, outcome.ranking),
             }
             for r in outcome.results

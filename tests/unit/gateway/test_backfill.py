@@ -7,7 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -183,3 +183,31 @@ def test_above_the_exact_scan_size_the_matrix_is_int16_and_ranks_as_the_float32_
     exact = [t for t, _ in vectors.nearest(wide, query, k=5)]
     sketched = [t for t, _ in vectors.nearest(narrow, query, k=5)]
     assert sketched[0] == exact[0] and len(set(exact) & set(sketched)) >= 4
+
+
+def test_a_request_of_several_asks_is_ranked_ask_by_ask_with_one_call_to_the_provider(tmp_path: Path) -> None:
+    source = catalogue(tmp_path / "c.jsonl", TOOLS)
+    request = "Create a new presentation with a title slide. Then get the weather forecast for Paris."
+    with EmbeddingsServer() as server:
+
+        async def work(rt: Runtime) -> tuple[list[list[str]], Any, Any]:
+            await import_catalog(rt, source, slug="kit")
+            await backfill(rt)
+            before = len(server.requests)
+            several = await search(rt, request, limit=3)
+            one = await search(rt, "weather forecast for a city", limit=3)
+            return server.requests[before:], several, one
+
+        sent, several, one = with_runtime(tmp_path, server, work)
+    # the request and its two asks in one call to the endpoint; a one-ask request alone
+    assert sent == [
+        [request, "Create a new presentation with a title slide.", "get the weather forecast for Paris."],
+        ["weather forecast for a city"],
+    ]
+    assert several.ranking == "hybrid" and one.ranking == "hybrid"
+    assert {r.tool.name for r in several.results[:2]} == {
+        "kit__slides_create_presentation",
+        "kit__weather_get_forecast",
+    }
+    assert all(r.ask_part is not None for r in several.results)
+    assert all(r.ask_part is None for r in one.results)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from appliance.gateway.semantic_egress import EmbeddingsEgress
+from appliance.search.asks import asks_of
 from appliance.search.embedders import EmbeddingError, HttpEmbedder, LocalEmbedder
 from tests.support.embeddings_server import DIM, EmbeddingsServer
 
@@ -145,3 +146,24 @@ def test_a_batch_shared_among_threads_gives_each_text_the_vector_it_has_alone() 
     alone = np.stack([emb.embed_sync([t])[0] for t in texts])
     assert np.array_equal(shared, alone)  # bit for bit, in the order given
     assert np.array_equal(query[0], alone[3])
+
+
+def test_the_local_model_pools_each_ask_from_the_request_s_own_run() -> None:
+    emb = LocalEmbedder()
+    query = "Find me cheap flights from Berlin to Paris. Then check the weather forecast for Paris."
+    asks = asks_of(query)
+    assert len(asks) == 2
+    vector, pooled = emb.embed_query_sync(query, asks)
+    # the request's vector is exactly the one embedding it alone gives
+    assert np.array_equal(vector, emb.embed_sync([query])[0])
+    flights, weather = (v for v in pooled if v is not None)
+    assert np.allclose([np.linalg.norm(flights), np.linalg.norm(weather)], 1.0, atol=1e-4)
+    # each pooled vector leans to its own ask: closer to it embedded alone than to the other
+    alone = emb.embed_sync([a.text for a in asks])
+    assert float(flights @ alone[0]) > float(flights @ alone[1]) + 0.1
+    assert float(weather @ alone[1]) > float(weather @ alone[0]) + 0.1
+    # an ask past the model's cut (128 word pieces) has no pieces to pool: None
+    long_query = "word " * 200 + ". Book a table for two tonight."
+    late = asks_of(long_query)
+    _, pooled_late = emb.embed_query_sync(long_query, late)
+    assert pooled_late[-1] is None and pooled_late[0] is not None

@@ -99,3 +99,35 @@ def test_the_usage_term_is_bounded_smoothed_and_nothing_without_observations() -
     assert {f.tool_id for f in hybrid.fuse(lexical, semantic, limit=5, usage={99: 1.0})} == {1, 2, 3}
     far = hybrid.fuse(lexical, semantic, limit=3, usage=hybrid.usage_prior(1, {3: 1}))
     assert far[-1].tool_id == 3  # a bounded term cannot lift a poor match over clear winners
+
+
+def test_asks_lift_a_tool_one_ask_finds_and_add_up() -> None:
+    # The whole request leans to tools 1 and 2; its second ask clearly wants tool 9, which the
+    # whole request's lists rank low (or miss: tool 8 only an ask found).
+    lexical = [(1, 9.0), (2, 8.0), (3, 6.0), (9, 5.0)]
+    semantic = [(1, 0.8), (2, 0.7), (3, 0.6), (9, 0.5)]
+    first_ask = ([(1, 9.0), (2, 3.0)], [(1, 0.9), (2, 0.4)])
+    second_ask = ([(9, 9.0), (8, 2.0), (3, 1.0)], [(9, 0.9), (8, 0.5), (3, 0.1)])
+    plain = [f.tool_id for f in hybrid.rank(lexical, semantic, limit=5)]
+    assert plain.index(9) == 3
+    ranked = hybrid.rank(lexical, semantic, [first_ask, second_ask], limit=6)
+    ids = [f.tool_id for f in ranked]
+    assert ids[0] == 1 and ids.index(9) < plain.index(9)
+    assert 8 in ids  # found by an ask alone, scored with the whole request's lowest
+    for f in ranked:
+        assert f.ask_part is not None
+        assert f.lexical_part is not None and f.semantic_part is not None and f.service_part is not None
+        total = f.lexical_part + f.semantic_part + f.service_part + f.ask_part
+        assert math.isclose(total, f.score, abs_tol=1e-9)
+    # one ask is no split: the plain fusion, no ask term
+    assert hybrid.rank(lexical, semantic, [second_ask], limit=5) == hybrid.fuse(lexical, semantic, limit=5)
+
+
+def test_asks_keep_the_usage_term_last_and_the_limit() -> None:
+    lexical = [(1, 9.0), (2, 8.9), (3, 1.0)]
+    semantic = [(1, 0.8), (2, 0.79), (3, 0.1)]
+    asks = [([(1, 5.0), (2, 4.9)], [(1, 0.5), (2, 0.49)]), ([(2, 5.0), (1, 4.9)], [(2, 0.5), (1, 0.49)])]
+    used = hybrid.rank(lexical, semantic, asks, limit=2, usage={3: 5.0})
+    assert [f.tool_id for f in used] == [3, 1]  # the usage term is added after the asks'
+    assert used[0].usage_part == 5.0 and used[1].usage_part == 0.0
+    assert len(hybrid.rank(lexical, semantic, asks, limit=0)) == 0

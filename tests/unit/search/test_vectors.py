@@ -76,3 +76,19 @@ def test_a_toolkit_filter_that_admits_every_toolkit_ranks_as_no_filter_does() ->
     assert vectors.nearest(m, data[9], k=30, toolkit_ids={0, 1, 2, 3, 99}) == unfiltered
     narrowed = vectors.nearest(m, data[9], k=30, toolkit_ids={0, 1, 2})
     assert all(kits[t - 1] != 3 for t, _ in narrowed) and len(narrowed) == 30
+
+
+def test_among_ranks_exactly_the_given_tools_and_skips_those_without_a_vector() -> None:
+    data = clustered(30_000)  # a large catalogue's matrix: int16 rows and a scale each, a sketch
+    rows, scale = vectors._quantised(data)
+    m = matrix(data)
+    m = vectors.with_sketch(vectors.Matrix("1", m.ids, m.toolkits, m.groups, rows, scale))
+    query = data[7]
+    candidates = [8, 100, 2_000, 29_999, 123_456]  # the last has no vector
+    got = vectors.among(m, candidates, query, k=3)
+    exact = sorted(((t, float(data[t - 1] @ query)) for t in candidates[:-1]), key=lambda p: -p[1])[:3]
+    assert [t for t, _ in got] == [t for t, _ in exact]
+    assert all(abs(a - b) < 1e-3 for (_, a), (_, b) in zip(got, exact, strict=True))
+    assert got[0] == (8, got[0][1]) and abs(got[0][1] - 1.0) < 1e-3
+    assert vectors.among(m, [], query, k=3) == [] and vectors.among(m, [123_456], query, k=3) == []
+    assert vectors.among(m, candidates, query, k=0) == []
