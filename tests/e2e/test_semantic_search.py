@@ -90,6 +90,18 @@ def test_by_default_the_local_model_serves_hybrid_search_offline_and_the_kill_sw
 
         wait_for("the background backfill to make search hybrid", hybrid, timeout=60, pace_s=0.2)
         assert found["results"][0]["name"] == "kit__office_build_deck"
+        # A request of two asks (search/asks.py): the local model pools each ask from the
+        # request's one run, and each ask's tool is in the first two.
+        two = run(
+            search(
+                app, "I have to make slides for the quarterly results. Also, will it rain in Oslo tomorrow?"
+            )
+        )
+        assert two["ranking"] == "hybrid"
+        assert {r["name"] for r in two["results"][:2]} == {
+            "kit__office_build_deck",
+            "kit__weather_get_forecast",
+        }
         said = [line for line in app.output if "embeddings = auto: the bundled local model" in line]
         assert len(said) == 1, said  # once, though serve checks the data directory first
         status = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
