@@ -160,10 +160,12 @@ class Semantic:
                 self.counts["breaker_open"] += 1
             return None, none
         cached = self._recent.get(text)
-        if cached is not None and len(cached[1]) == len(asks):
+        # A text's asks follow from it, so a remembered entry has them all; a caller that wants
+        # the vector alone (Lore's search) is served by an entry that also holds asks.
+        if cached is not None and (not asks or len(cached[1]) == len(asks)):
             self._recent.move_to_end(text)
             self.counts["query_cache_hits"] += 1
-            return cached
+            return cached[0], list(cached[1]) if asks else []
         try:
             vector, pooled = await provider.embed_query(
                 text, asks, timeout_s=self.settings.embeddings_timeout_s
@@ -174,7 +176,8 @@ class Semantic:
         for row in (vector, *pooled):
             if row is not None:
                 row.flags.writeable = False  # shared by every search that repeats this query
-        self._recent[text] = (vector, pooled)
+        if asks or cached is None:  # never forget an entry's asks for a caller that wanted none
+            self._recent[text] = (vector, pooled)
         if len(self._recent) > RECENT_QUERIES:
             self._recent.popitem(last=False)
         return vector, pooled

@@ -174,12 +174,13 @@ def _scored(
     serviced = base
     toolkit_of = knobs.toolkit_of
     if toolkit_of is not None and knobs.toolkit_boost:
+        kits = [toolkit_of.get(t, -t) for t in order]  # ``base`` is in ``order``
         best: dict[int, float] = {}
-        for t, score in base.items():
-            kit = toolkit_of.get(t, -t)
+        for kit, score in zip(kits, base.values(), strict=True):
             if score > best.get(kit, -math.inf):
                 best[kit] = score
-        serviced = {t: s + knobs.toolkit_boost * best[toolkit_of.get(t, -t)] for t, s in base.items()}
+        boost = knobs.toolkit_boost
+        serviced = {t: s + boost * best[kit] for (t, s), kit in zip(base.items(), kits, strict=True)}
     return _Scores(order, lex_z, sem_z, lex_floor, sem_floor, lexical_weight, base, serviced)
 
 

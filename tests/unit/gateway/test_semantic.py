@@ -1,14 +1,18 @@
-"""Which embedding provider the default picks: the bundled model where it is installed, else none."""
+"""Which embedding provider the default picks (the bundled model where it is installed, else
+none), and the remembered query vectors."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from appliance import config
 from appliance.gateway import semantic
+from appliance.search.asks import asks_of
 from appliance.search.embedders import MODEL_DIR, LocalEmbedder, local_model_available
 
 
@@ -39,3 +43,26 @@ def test_an_explicit_provider_is_taken_as_said() -> None:
     local = semantic.build_provider(settings(TOOLSPOKE_EMBEDDINGS="local"), MODEL_DIR)
     assert isinstance(local, LocalEmbedder)
     assert semantic.provider_kind(settings(TOOLSPOKE_EMBEDDINGS="openai"), Path("/nowhere")) == "openai"
+
+
+def test_a_request_and_its_asks_are_embedded_in_one_run_and_remembered_for_either_caller() -> None:
+    request = "Find cheap flights from Berlin to Paris. Then check the weather forecast there."
+    asks = asks_of(request)
+    sem = semantic.Semantic(settings(TOOLSPOKE_EMBEDDINGS="local"))
+
+    async def run() -> tuple[object, ...]:
+        try:
+            vector, pooled = await sem.query_vectors(request, asks)
+            alone = await sem.query_vector(request)  # Lore's search: the remembered vector
+            again, pooled_again = await sem.query_vectors(request, asks)  # its asks still there
+            return vector, pooled, alone, again, pooled_again
+        finally:
+            provider = sem.provider
+            assert provider is not None
+            await provider.aclose()
+
+    vector, pooled, alone, again, pooled_again = asyncio.run(run())
+    assert isinstance(vector, np.ndarray) and alone is vector and again is vector
+    assert isinstance(pooled, list) and len(pooled) == 2 and all(isinstance(v, np.ndarray) for v in pooled)
+    assert isinstance(pooled_again, list) and all(a is b for a, b in zip(pooled, pooled_again, strict=True))
+    assert sem.counts["query_cache_hits"] == 2
