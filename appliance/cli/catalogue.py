@@ -132,13 +132,13 @@ def search(
     if explain:
         why = f" ({outcome.reason})" if outcome.reason else ""
         click.echo(f"ranking: {outcome.ranking}{why}")
-        click.echo(f"{'tool':<48} {'score':>7} {'lex#':>5} {'bm25':>7} {'sem#':>5} {'cosine':>7}")
+        click.echo(f"{'tool':<48} {'score':>7} {'lex#':>5} {'bm25':>7} {'sem#':>5} {'cosine':>7} {'asks':>7}")
         for r in outcome.results:
             row = _explain_row(r)
             click.echo(
                 f"{row['name']:<48} {row['score']:>7.3f} {_cell(row['lexical_rank'], 'd')} "
                 f"{_cell(row['lexical_score'], '.2f')} {_cell(row['semantic_rank'], 'd')} "
-                f"{_cell(row['semantic_score'], '.3f')}"
+                f"{_cell(row['semantic_score'], '.3f')} {_cell(row['ask_part'], '+.3f')}"
             )
         return
     for t in tools:
@@ -153,6 +153,12 @@ def _explain_row(r: Any) -> dict[str, Any]:
         "lexical_score": r.lexical_score,
         "semantic_rank": r.semantic_rank,
         "semantic_score": r.semantic_score,
+        # what each term gave the fused score (None where it took no part; search/hybrid.py)
+        "lexical_part": r.lexical_part,
+        "semantic_part": r.semantic_part,
+        "service_part": r.service_part,
+        "ask_part": r.ask_part,
+        "usage_part": r.usage_part,
     }
 
 

@@ -134,6 +134,33 @@ def test_search_explain_says_lexical_after_semantic_off_and_hybrid_again_after_o
             )
 
         assert explain()["ranking"] == "hybrid"
+        # A request of two asks: each row shows what its best ask gave, and the terms add up
+        asked = json.loads(
+            ok(
+                cli(
+                    data,
+                    "search",
+                    "Build a deck from my outline. Then get the weather forecast.",
+                    "--explain",
+                    "--json",
+                    env=env,
+                )
+            )
+        )
+        assert asked["ranking"] == "hybrid" and asked["explain"]
+        for row in asked["explain"]:
+            terms = [row[k] for k in ("lexical_part", "semantic_part", "service_part", "ask_part")]
+            assert None not in terms and abs(sum(terms) - row["score"]) < 1e-6
+        text = ok(
+            cli(
+                data,
+                "search",
+                "Build a deck from my outline. Then get the weather forecast.",
+                "--explain",
+                env=env,
+            )
+        )
+        assert text.splitlines()[1].split()[-1] == "asks"
         ok(cli(data, "semantic", "off", env=env))
         off = explain()
         assert (off["ranking"], off["reason"]) == ("lexical", "switched_off")
