@@ -166,9 +166,9 @@ class LocalEmbedder:
     def embed_query_sync(self, text: str, asks: Sequence[Ask]) -> tuple[np.ndarray, list[np.ndarray | None]]:
         """The request's vector, exactly as ``embed_sync`` gives it, and each ask's from the same
         run: the mean of the last layer's states of the ask's word pieces, normalised (what the
-        graph does for the whole text). On the dev queries this kept most of what embedding each
-        ask alone gained (docs/search.md, "Asks"), for no further run of the model: about 2.7 ms
-        an ask at 100,000 tools' worth of searches. An ask past the cut has no pieces: None."""
+        graph does for the whole text). On the dev queries that kept three quarters of what
+        embedding each ask alone gained (docs/search.md, "Asks"), without a run of the model per
+        ask (2.7 ms each at the median). An ask past the cut has no pieces: None."""
         if self._session is None:
             self._load()
         encoding = self._tokenizer.encode(text or " ")
