@@ -20,7 +20,6 @@ import pytest
 from click.testing import CliRunner
 
 from appliance.cli import main
-from appliance.gateway import demo_api
 from appliance.ledger import store as ledger_store
 from tests.support.access_world import api, ok
 from tests.support.accounts import as_key, run
@@ -69,13 +68,7 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with served_in_process(tmp_path_factory.mktemp("approvals") / "data", env=ENV) as app:
         s = Setup(app, 0, {})
-        answer = app.rt.demo_notes.answer
-
-        async def counting(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-            s.hits.append(f"{method} {target}")
-            return await answer(method, target, body)
-
-        app.rt.egress.serve_locally(demo_api.ORIGIN, counting)
+        app.count_demo_requests(s.hits)
         with api(app) as admin:
             ok(admin.patch("/api/v1/toolkits/demo/access", json={"visibility": "published", "default": True}))
             ok(admin.put("/api/v1/toolkits/demo/policy", json={"kind": "destructive", "action": "approve"}))

@@ -22,7 +22,6 @@ import mcp_types as types
 import orjson
 import pytest
 
-from appliance.gateway import demo_api
 from appliance.ledger import store as ledger_store
 from appliance.web import mcp_replies
 from tests.support.access_world import api, ok
@@ -73,13 +72,7 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with served_in_process(tmp_path_factory.mktemp("inband") / "data", env=ENV) as app:
         s = Setup(app, 0, {})
-        answer = app.rt.demo_notes.answer
-
-        async def counting(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-            s.hits.append(f"{method} {target}")
-            return await answer(method, target, body)
-
-        app.rt.egress.serve_locally(demo_api.ORIGIN, counting)
+        app.count_demo_requests(s.hits)
         with api(app) as admin:
             ok(admin.patch("/api/v1/toolkits/demo/access", json={"visibility": "published", "default": True}))
             rule = {"kind": "destructive", "action": "approve", "approver": "user"}

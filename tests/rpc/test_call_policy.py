@@ -22,7 +22,6 @@ from click.testing import CliRunner
 from mcp.shared.exceptions import MCPError
 
 from appliance.cli import main
-from appliance.gateway import demo_api
 from appliance.ledger import store as ledger_store
 from tests.support.access_world import api, ok
 from tests.support.accounts import as_key, run
@@ -73,13 +72,7 @@ class Setup:
 def _prepare(app: InProcess) -> Setup:
     """A user with credit, their own plain and read-only keys, and a read-only agent's key."""
     setup = Setup(app, 0, {})
-    answer = app.rt.demo_notes.answer
-
-    async def counting(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        setup.hits.append(method)
-        return await answer(method, target, body)
-
-    app.rt.egress.serve_locally(demo_api.ORIGIN, counting)
+    app.count_demo_requests(setup.hits, with_target=False)
     with api(app) as admin:
         ok(admin.patch("/api/v1/toolkits/demo/access", json={"visibility": "published", "default": True}))
         uid = setup.user_id = ok(admin.post("/api/v1/users", json={"name": "pat"}), 201)["id"]

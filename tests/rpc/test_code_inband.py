@@ -17,7 +17,6 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from appliance.gateway import demo_api
 from tests.support.access_world import api, ok
 from tests.support.accounts import as_key, run
 from tests.support.clients import connect
@@ -55,13 +54,7 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     with served_in_process(tmp_path_factory.mktemp("code-inband") / "data", env=ENV) as app:
         s = Setup(app)
-        answer = app.rt.demo_notes.answer
-
-        async def counting(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
-            s.hits.append(method)
-            return await answer(method, target, body)
-
-        app.rt.egress.serve_locally(demo_api.ORIGIN, counting)
+        app.count_demo_requests(s.hits, with_target=False)
         with api(app) as admin:
             ok(admin.patch("/api/v1/toolkits/demo/access", json={"visibility": "published", "default": True}))
             rule = {"kind": "destructive", "action": "approve", "approver": "user"}

@@ -32,6 +32,7 @@ from sanic.helpers import _default
 
 from appliance import config
 from appliance.cli import main as cli_main
+from appliance.gateway import demo_api
 from appliance.gateway.runtime import Runtime, prepare_data_dir
 from appliance.web.app import create_app
 from tests.support.servers import ADMIN_KEY, SANDBOX_READ_PATHS, TEST_DEFAULTS
@@ -71,6 +72,17 @@ class InProcess:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = STEP_TIMEOUT_S) -> T:
         """Run ``coro`` on the app's loop (the runtime's objects belong to it); its result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def count_demo_requests(self, hits: list[str], *, with_target: bool = True) -> None:
+        """Answer the demo notes API in this process, appending each request it gets to
+        ``hits`` (``"POST /notes"``, or the method alone): what reached the upstream."""
+        answer = self.rt.demo_notes.answer
+
+        async def counting(method: str, target: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+            hits.append(f"{method} {target}" if with_target else method)
+            return await answer(method, target, body)
+
+        self.rt.egress.serve_locally(demo_api.ORIGIN, counting)
 
     def client(
         self, *, headers: Mapping[str, str] | None = None, prefix: str = "", **options: Any
