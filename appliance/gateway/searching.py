@@ -175,14 +175,11 @@ async def search(
         if ranking == "semantic":
             fused = [hybrid.Fused(t, s, None, None, i + 1, s) for i, (t, s) in enumerate(near[:spare])]
         else:
-            # Each ask with a vector: its own words' list, and by meaning it ranks what the
-            # request found and what its words found (vectors.among).
-            found = {t for hits in (lexical, near) for t, _ in hits}
-            pairs = [
-                (said, vectors.among(matrix, found | {t for t, _ in said}, v, k=hybrid.CANDIDATES))
-                for said, v in zip(ask_lexical, ask_vecs, strict=True)
-                if v is not None and matrix is not None
-            ]
+            pairs = (
+                []
+                if matrix is None
+                else vectors.ask_lists(matrix, (lexical, near), ask_lexical, ask_vecs, k=hybrid.CANDIDATES)
+            )
             ids = [t for hits in (lexical, near, *(h for pair in pairs for h in pair)) for t, _ in hits]
             kits = {} if matrix is None else vectors.groups_of(matrix, ids)
             # The optional usage boost (search/hybrid.py): calls logged after this query.

@@ -102,14 +102,23 @@ def rank(
     (each its own lexical and semantic list, fused alike), ASK_WEIGHT times each tool's best
     fused score among the asks added (the lowest such score for a tool no ask found)."""
     knobs = _Knobs(toolkit_of, lexical_weight, toolkit_boost, by_confidence)
-    if len(asks) < 2:
-        return fuse(lexical, semantic, limit=limit, usage=usage, knobs=knobs)
     best: dict[int, float] = {}
-    for words, meaning in asks:
-        for t, score in _scored(words, meaning, knobs).serviced.items():
-            if score > best.get(t, -math.inf):
-                best[t] = score
-    return fuse(lexical, semantic, limit=limit, usage=usage, knobs=knobs, asks=best)
+    if len(asks) >= 2:
+        for words, meaning in asks:
+            for t, score in _scored(words, meaning, knobs).serviced.items():
+                if score > best.get(t, -math.inf):
+                    best[t] = score
+    return fuse(
+        lexical,
+        semantic,
+        limit=limit,
+        toolkit_of=toolkit_of,
+        lexical_weight=lexical_weight,
+        toolkit_boost=toolkit_boost,
+        by_confidence=by_confidence,
+        usage=usage,
+        asks=best or None,
+    )
 
 
 def usage_prior(searches: int, calls: Mapping[int, int]) -> dict[int, float]:
@@ -194,7 +203,6 @@ def fuse(
     toolkit_boost: float = TOOLKIT_BOOST,
     by_confidence: bool = True,
     usage: Mapping[int, float] | None = None,
-    knobs: _Knobs | None = None,
     asks: Mapping[int, float] | None = None,
 ) -> list[Fused]:
     """The fused list, best first, cut to ``limit``; ties keep the lexical order, then semantic.
@@ -204,7 +212,7 @@ def fuse(
     ``usage``: each tool's usage term (``usage_prior``), added last; None: off.
     ``asks`` (from ``rank``): each tool's best fused score among the request's asks; the tools
     only an ask found join the candidates (each list's lowest z-score, their service's term)."""
-    knobs = knobs or _Knobs(toolkit_of, lexical_weight, toolkit_boost, by_confidence)
+    knobs = _Knobs(toolkit_of, lexical_weight, toolkit_boost, by_confidence)
     scores = _scored(lexical, semantic, knobs, also=list(asks or ()))
     score_of = serviced = scores.serviced
     ask_term: dict[int, float] | None = None

@@ -446,6 +446,25 @@ def among(matrix: Matrix, tool_ids: Collection[int], query: np.ndarray, *, k: in
     return [(int(matrix.ids[rows[i]]), float(scores[i])) for i in top]
 
 
+def ask_lists(
+    matrix: Matrix,
+    request: Sequence[Sequence[tuple[int, float]]],
+    words: Sequence[Sequence[tuple[int, float]]],
+    meanings: Sequence[np.ndarray | None],
+    *,
+    k: int,
+) -> list[tuple[Sequence[tuple[int, float]], list[tuple[int, float]]]]:
+    """Each ask's two lists for ``hybrid.rank``: its own words' list (``words``) and, by
+    meaning, its vector's ``among`` over what the request's lists found and what its words
+    found. An ask without a vector (past the model's cut) is left out."""
+    found = {t for hits in request for t, _ in hits}
+    return [
+        (said, among(matrix, found | {t for t, _ in said}, vector, k=k))
+        for said, vector in zip(words, meanings, strict=True)
+        if vector is not None
+    ]
+
+
 def groups_of(matrix: Matrix, tool_ids: Sequence[int]) -> dict[int, int]:
     """The service (toolkit + group: OpenAPI tag, catalogue toolkit) of each of ``tool_ids``
     that has a vector, as an opaque code (the matrix keeps ids sorted)."""

@@ -92,13 +92,7 @@ async def gather(data: str, sets: Sequence[str]) -> dict[str, SetData]:
                 qvec, ask_vecs = await rt.semantic.query_vectors(query, asks)
                 assert qvec is not None
                 near = vectors.nearest(matrix, qvec, k=hybrid.CANDIDATES)
-                # as gateway/searching.py ranks a request's asks
-                found = {t for hits in (said[0], near) for t, _ in hits}
-                pairs = [
-                    (words, vectors.among(matrix, found | {t for t, _ in words}, v, k=hybrid.CANDIDATES))
-                    for words, v in zip(said[1:], ask_vecs, strict=True)
-                    if v is not None
-                ]
+                pairs = vectors.ask_lists(matrix, (said[0], near), said[1:], ask_vecs, k=hybrid.CANDIDATES)
                 ids = [t for hits in (said[0], near, *(h for p in pairs for h in p)) for t, _ in hits]
                 groups = vectors.groups_of(matrix, ids)
                 items.append(Gathered(str(doc["id"]), set(doc["gold"]), said[0], near, groups, pairs))
