@@ -156,6 +156,15 @@ def main() -> int:
                 break
             time.sleep(0.2)  # polling a condition, bounded by the deadline
         assert ranking == "hybrid", hybrid
+        # The learned query adapter ships beside the model (search/adapter.py) and applies to it.
+        status = subprocess.run(
+            [str(binary), "semantic", "status", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE_S,
+        )
+        assert status.returncode == 0 and json.loads(status.stdout)["query_adapter"] is True, status
         # The console's templates and static files are inside the binary: a page and htmx.
         assert url.startswith("http://127.0.0.1:")  # the loopback server this script started
         console = url.removesuffix("/mcp") + "/console/"
@@ -170,7 +179,7 @@ def main() -> int:
         proc.terminate()
         proc.wait(timeout=15)
     print(f"smoke ok: binary {size_mb:.1f} MB, start to served initialize {ready_s:.2f} s", end="")
-    print(f", search {ranking}, loop {loop}, a use_code script ran")
+    print(f", search {ranking} with the query adapter, loop {loop}, a use_code script ran")
     return 0
 
 

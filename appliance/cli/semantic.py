@@ -67,4 +67,5 @@ def semantic(state: str, data_dir: str | None, config_file: str | None, as_json:
     click.echo(
         f"semantic search {'on' if doc['enabled'] else 'off'}; provider {doc['provider']}"
         + (f" ({doc['model']}); {doc['embedded']}/{doc['tools']} tools embedded" if doc["model"] else "")
+        + ("; query adapter on" if doc["query_adapter"] else "")
     )

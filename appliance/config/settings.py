@@ -85,10 +85,9 @@ class Settings:
         "TOOLSPOKE_READ_ONLY",
         False,
         values.boolean,
-        "The read-only guard for the whole appliance: only read tools run, on every path (runners, calls "
-        "by name, `/mcp/<slug>`, `toolspoke call`, the operator's too), and search, list and describe show "
-        "no write or destructive tool. A key or an agent can be made read-only on its own "
-        "(docs/security.md).",
+        "The read-only guard for the whole appliance: only read tools run, on every path (runners, calls by "
+        "name, `/mcp/<slug>`, `toolspoke call`, the operator's too), and search, list and describe show no "
+        "write or destructive tool. A key or an agent can be made read-only on its own (docs/security.md).",
     )
     approval_ttl_s: float = _setting(
         "TOOLSPOKE_APPROVAL_TTL_S",
@@ -261,12 +260,11 @@ class Settings:
         "TOOLSPOKE_INFER_CHAT_URL",
         None,
         str,
-        "Base URL of an OpenAI-compatible chat endpoint (`POST {url}/chat/completions`), e.g. "
-        "http://127.0.0.1:11434/v1 (Ollama), that names and describes the tools an examples import "
-        "infers. Empty: off (names and descriptions come from the examples alone). It is sent "
-        "each tool's method, path template, parameter names and types and body schema, never a "
-        "value from the examples. Reached through the egress guard, which opens this origin "
-        "(loopback and LAN included) for it only; any failure keeps the names from the examples.",
+        "Base URL of an OpenAI-compatible chat endpoint (`POST {url}/chat/completions`, e.g. Ollama's "
+        "http://127.0.0.1:11434/v1) that names and describes the tools an examples import infers; empty: "
+        "off. It is sent each tool's method, path template, parameter names and types and body schema, never "
+        "a value from the examples, through the egress guard, which opens this origin (loopback and LAN "
+        "included) for it alone; a failure keeps the examples' names.",
     )
     infer_chat_model: str | None = _setting(
         "TOOLSPOKE_INFER_CHAT_MODEL",
@@ -391,18 +389,16 @@ class Settings:
         "TOOLSPOKE_SEARCH_LOG_QUERIES",
         False,
         values.boolean,
-        "Log the text of zero-result and low-score searches (off: only that one happened is logged and "
-        "counted).",
+        "Log the text of zero-result and low-score searches (off: only that one happened is counted).",
     )
     # -- the search usage log (gateway/usage.py; docs/search.md) -------------------------------
     search_usage_log: bool = _setting(
         "TOOLSPOKE_SEARCH_USAGE_LOG",
         True,
         values.boolean,
-        "Record, for each `search_tools` by a keyed caller, the query, who asked, when, the names "
-        "shown and which of them the same caller then called (its rank), or a miss; never a call's "
-        "arguments. Read by `toolspoke eval --from-usage`, the console's search playground and the "
-        "usage boost.",
+        "Record, for each `search_tools` by a keyed caller, the query, who asked, when, the names shown and "
+        "which of them the same caller then called (its rank), or a miss; never a call's arguments. Read by "
+        "`toolspoke eval --from-usage`, the console's search playground and the usage boost.",
     )
     search_usage_window_s: float = _setting(
         "TOOLSPOKE_SEARCH_USAGE_WINDOW_S",
@@ -429,6 +425,12 @@ class Settings:
         values.boolean,
         "Lift, in the hybrid ranking, tools this deployment's callers called after the same query "
         "(normalised): a bounded term from smoothed counts. Off by default.",
+    )
+    search_query_adapter: bool = _setting(
+        "TOOLSPOKE_SEARCH_QUERY_ADAPTER",
+        True,
+        values.boolean,
+        "Move each search's vector by the learned query adapter (bundled model only; docs/search.md).",
     )
     # -- legacy MCP sessions and SSE streams ---------------------------------------------------
     session_ttl_s: float = _setting(
@@ -671,9 +673,8 @@ class Settings:
         "TOOLSPOKE_RATE_LIMIT",
         120,
         values.positive(int),
-        "Tool calls one agent (or, without an agent, one key) may make per "
-        "`TOOLSPOKE_RATE_LIMIT_WINDOW_S`: a burst of this many, then an even trickle (GCRA). Beyond it: "
-        "`-32001` with `retry_after_s`.",
+        "Tool calls one agent (or, without an agent, one key) may make per `TOOLSPOKE_RATE_LIMIT_WINDOW_S`: "
+        "a burst of this many, then an even trickle (GCRA). Beyond it: `-32001` with `retry_after_s`.",
     )
     rate_limit_window_s: float = _setting(
         "TOOLSPOKE_RATE_LIMIT_WINDOW_S",
@@ -711,9 +712,8 @@ class Settings:
         values.positive(int),
         "Free space (for an unprivileged user, as `df` shows it) the data directory's disk must keep for "
         "tool calls to be sent. Below it, every tool call is refused before anything leaves (-32003 "
-        "`storage_unavailable`, `data.sent: false`, nothing charged) and `/readyz` answers 503, until "
-        "space returns; so are calls after any failed database write until a probe write succeeds. The "
-        "margin lets calls in flight still record their charges and audit rows.",
+        "`storage_unavailable`, `data.sent: false`, nothing charged) and `/readyz` answers 503 until "
+        "space returns; so are calls after a failed database write until a probe write succeeds.",
     )
     idempotency_retention_h: float = _setting(
         "TOOLSPOKE_IDEMPOTENCY_RETENTION_H",

@@ -21,6 +21,7 @@ from appliance.errors import InvalidParams
 from appliance.gateway import policy
 from appliance.gateway.runtime import Runtime
 from appliance.models import Principal, Scope, Tool
+from appliance.search import adapter as query_adapter
 from appliance.search import fts, hybrid, usage, vectors
 from appliance.search.asks import asks_of
 from appliance.search.text import MAX_QUERY_CHARS
@@ -164,6 +165,10 @@ async def search(
             tools = await conn.batch(lambda r: store.tools_by_ids_in(r, [t for t, _ in top], scope=scope))
         return _lexical_outcome(rt, query, top, tools, "provider_unavailable")
 
+    # The learned query adapter (search/adapter.py): the request's vectors, never the tools'.
+    moved = query_adapter.for_model(model_id) if settings.search_query_adapter else None
+    if moved is not None:
+        qvec, ask_vecs = moved.apply_all(qvec, ask_vecs)
     boost = settings.search_usage_boost
 
     def second(reader: SyncReader) -> tuple[list[hybrid.Fused], list[Tool]]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from appliance.gateway.runtime import Runtime
 from appliance.gateway.semantic import provider_kind
-from appliance.search import vectors
+from appliance.search import adapter, vectors
 
 
 async def switch(rt: Runtime, enabled: bool) -> None:
@@ -32,6 +32,8 @@ async def status(rt: Runtime) -> dict[str, Any]:
         "enabled": enabled,
         "provider": provider_kind(rt.settings),
         "model": model_id,
+        # whether searches move the request's vector by the learned adapter (search/adapter.py)
+        "query_adapter": rt.settings.search_query_adapter and adapter.for_model(model_id) is not None,
         "embedded": embedded,
         "tools": tools,
         "breaker_open": sem.breaker_open(),

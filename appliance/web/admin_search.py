@@ -1,6 +1,6 @@
 """The admin API's search routes: the semantic kill switch and the search counters.
 
-``GET /api/v1/search/semantic`` → ``{"enabled", "provider", "model", "embedded", "tools",
+``GET /api/v1/search/semantic`` → ``{"enabled", "provider", "model", "query_adapter", "embedded", "tools",
 "breaker_open", "counts", "last_error"}``
 ``PUT /api/v1/search/semantic`` with ``{"enabled": false}`` → the same, after switching; takes
 effect on the next search of every process using this data directory (it is stored in the

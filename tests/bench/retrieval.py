@@ -6,9 +6,10 @@ data set in ``bench/data/retrieval/`` it makes a fresh data directory, runs the 
 ``toolspoke eval --json --ranking lexical|semantic|hybrid``: the same search as
 ``search_tools``), and prints Recall@1/5/10, nDCG@10, MRR and latency against the targets,
 each set on its own catalogue and then on the pooled catalogue of all four. Backfill
-throughput (tools per second) is printed too, and then the two-fold cross-validation of the
-fusion's knobs (``retrieval_cv.py``): hybrid nDCG@10 at the shipped knobs beside the figure
-with knobs chosen on the other half of the queries.
+throughput (tools per second) is printed too, and then the two-fold cross-validation
+(``retrieval_cv.py``): hybrid nDCG@10 as shipped beside the figure with the query adapter and the
+fusion's knobs learned on the other half of the queries, and each set with an adapter learned
+from the other sets only.
 """
 
 from __future__ import annotations
@@ -26,15 +27,20 @@ import retrieval_cv
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench" / "data" / "retrieval"
 SETS = ("toolbench", "bfcl-live", "metatool", "livemcpbench")
+NO_ADAPTER = "hybrid, no adapter"
+# Full-dev targets. The hybrid row's adapter learned from these queries, so its target is checked
+# on the row without it; issue 22's held-out targets (0.73 / 0.80 / 0.72 / 0.44) are judged on the
+# cross-validated table printed last.
 TARGET_NDCG = {
     "lexical": {"toolbench": 0.70, "bfcl-live": 0.71, "metatool": 0.60, "livemcpbench": 0.35},
-    "hybrid": {"toolbench": 0.73, "bfcl-live": 0.80, "metatool": 0.70, "livemcpbench": 0.41},
+    NO_ADAPTER: {"toolbench": 0.73, "bfcl-live": 0.80, "metatool": 0.70, "livemcpbench": 0.41},
 }
 RANKINGS = ("lexical", "semantic", "hybrid")
 
 
-def toolspoke(data: str, *args: str) -> str:
+def toolspoke(data: str, *args: str, adapter: bool = True) -> str:
     env = {**os.environ, "TOOLSPOKE_DATA_DIR": data, "TOOLSPOKE_EMBEDDINGS": "local"}
+    env["TOOLSPOKE_SEARCH_QUERY_ADAPTER"] = "true" if adapter else "false"
     done = subprocess.run(
         [sys.executable, "-m", "appliance", *args],
         capture_output=True,
@@ -69,8 +75,14 @@ def _rate(fill: dict[str, float]) -> str:
 
 
 def evaluate(data: str, name: str, rankings: tuple[str, ...]) -> dict[str, dict[str, object]]:
+    """Each ranking's figures; hybrid also without the query adapter (search/adapter.py), which
+    was learned from these very dev queries: the cross-validated table is its held-out figure."""
     queries = str(BENCH / name / "queries-dev.jsonl")
-    return {rk: json.loads(toolspoke(data, "eval", queries, "--json", "--ranking", rk)) for rk in rankings}
+    out = {rk: json.loads(toolspoke(data, "eval", queries, "--json", "--ranking", rk)) for rk in rankings}
+    if "hybrid" in rankings:
+        bare = toolspoke(data, "eval", queries, "--json", "--ranking", "hybrid", adapter=False)
+        out[NO_ADAPTER] = {**json.loads(bare), "ranking": NO_ADAPTER}
+    return out
 
 
 def main() -> None:
@@ -110,7 +122,7 @@ def main() -> None:
             " the query id; knobs chosen on one half by the mean of the sets, scored on the other):\n"
         )
         print(retrieval_cv.HEADER)
-        print(retrieval_cv.report("", own))
+        print(retrieval_cv.report("", own, with_unseen=True))
         print(retrieval_cv.report("pooled: ", pooled))
 
 

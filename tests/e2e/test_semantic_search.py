@@ -106,6 +106,7 @@ def test_by_default_the_local_model_serves_hybrid_search_offline_and_the_kill_sw
         assert len(said) == 1, said  # once, though serve checks the data directory first
         status = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
         assert status["provider"] == "local" and status["model"].startswith("local/all-MiniLM-L6-v2-int8@")
+        assert status["query_adapter"] is True
 
         # The kill switch from the CLI, beside the running server: the next search is lexical.
         assert "semantic search off" in ok(cli(data, "semantic", "off", env=env))
@@ -134,6 +135,8 @@ def test_search_explain_says_lexical_after_semantic_off_and_hybrid_again_after_o
             )
 
         assert explain()["ranking"] == "hybrid"
+        # the adapter was learned for the bundled model's vectors, not this provider's
+        assert json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))["query_adapter"] is False
         # A request of two asks: each row shows what its best ask gave, and the terms add up
         asked = json.loads(
             ok(
@@ -169,6 +172,46 @@ def test_search_explain_says_lexical_after_semantic_off_and_hybrid_again_after_o
         assert text.splitlines()[0] == "ranking: lexical (switched_off)"
         ok(cli(data, "semantic", "on", env=env))
         assert explain()["ranking"] == "hybrid"
+
+
+def test_the_query_adapter_lifts_the_tool_a_request_needs_and_its_setting_turns_it_off(
+    tmp_path: Path,
+) -> None:
+    """The bundled model and the shipped adapter (search/adapter.py) on a real catalogue: the
+    public MetaTool set's 199 plugins, one of whose dev requests the adapter learned from.
+    Without it the plugin that translates is not first; with it, it is."""
+    data = tmp_path / "data"
+    env = {"TOOLSPOKE_EMBEDDINGS": "local", "TOOLSPOKE_DEMO": "false", "TOOLSPOKE_ADMIN_KEY": ADMIN_KEY}
+    metatool = REPO / "bench" / "data" / "retrieval" / "metatool" / "catalog.jsonl"
+    ok(cli(data, "init", env=env))
+    ok(cli(data, "import", "catalog", str(metatool), "--slug", "metatool", env=env))
+    ok(cli(data, "backfill", env=env))
+    query = 'What does the word "sushi" mean in English?'
+
+    def ranked(adapter: str) -> list[str]:
+        out = json.loads(
+            ok(
+                cli(
+                    data,
+                    "search",
+                    query,
+                    "--json",
+                    "--explain",
+                    env={**env, "TOOLSPOKE_SEARCH_QUERY_ADAPTER": adapter},
+                )
+            )
+        )
+        assert out["ranking"] == "hybrid"
+        return [r["name"] for r in out["results"]]
+
+    moved, raw = ranked("true"), ranked("false")
+    for setting, applied in (("true", True), ("false", False)):
+        status = ok(
+            cli(data, "semantic", "status", "--json", env={**env, "TOOLSPOKE_SEARCH_QUERY_ADAPTER": setting})
+        )
+        assert json.loads(status)["query_adapter"] is applied
+    assert moved[0] == "metatool__speak", (moved[:5], raw[:5])
+    assert raw[0] != "metatool__speak", raw[:5]
 
 
 def test_a_failing_provider_leaves_search_lexical_within_its_deadline_and_opens_the_breaker(
