@@ -293,7 +293,7 @@ def _hamming(sketch: np.ndarray, words: np.ndarray) -> np.ndarray:
     """Hamming distance of every row to ``words``, as int32. The sketch is stored word-major
     (one contiguous array per word) and summed word by word into one buffer: at 100,000 rows
     0.6 ms, where XOR-ing the row-major array and summing along its rows took 3 ms (numpy sums
-    a short inner axis slowly). int32 because ``argpartition`` on uint16 is 8x slower."""
+    a short inner axis slowly). uint16: at most 64 bits a word, a few words."""
     count = sketch.shape[1]
     acc = np.zeros(count, dtype=np.uint16)
     xor = np.empty(count, dtype=np.uint64)
@@ -302,7 +302,18 @@ def _hamming(sketch: np.ndarray, words: np.ndarray) -> np.ndarray:
         np.bitwise_xor(sketch[j], words[j], out=xor)
         np.bitwise_count(xor, out=ones)
         acc += ones
-    return acc.astype(np.int32)
+    return acc
+
+
+def _closest(distance: np.ndarray, wanted: int) -> np.ndarray:
+    """The rows of the ``wanted`` smallest distances (ties: the first rows). Distances are small
+    (at most the sketch's bits), so one count per distance finds the cut: 0.16 ms at 100,000
+    rows, where ``argpartition`` took 0.84 ms."""
+    reached = np.cumsum(np.bincount(distance))
+    cut = int(np.searchsorted(reached, wanted))  # the distance at which ``wanted`` rows are in
+    below = np.flatnonzero(distance < cut)
+    at = np.flatnonzero(distance == cut)[: wanted - below.shape[0]]
+    return np.concatenate((below, at))
 
 
 def _allowed_rows(matrix: Matrix, toolkit_ids: Collection[int] | None) -> np.ndarray | None:
@@ -412,9 +423,8 @@ def nearest(
     if matrix.sketch is not None and matrix.center is not None:
         distance = _hamming(matrix.sketch, _sign_words(query > matrix.center)[0])
         if allowed is not None:
-            distance[~allowed] = np.iinfo(np.int32).max
-        wanted = min(max(PREFILTER, k), distance.shape[0])
-        rows = np.argpartition(distance, wanted - 1)[:wanted]
+            distance[~allowed] = matrix.sketch.shape[0] * 64 + 1  # past any real distance
+        rows = _closest(distance, min(max(PREFILTER, k), distance.shape[0]))
         scores = _dot(_rows(matrix, rows), query)
         if allowed is not None:
             scores[~allowed[rows]] = -np.inf

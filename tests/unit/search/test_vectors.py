@@ -68,6 +68,18 @@ def test_the_sketch_distance_counts_every_differing_sign_bit_whatever_the_dimens
         assert got.tolist() == want.tolist()
 
 
+def test_the_prefilter_keeps_exactly_the_rows_of_the_smallest_distances() -> None:
+    rng = np.random.default_rng(4)
+    for count, wanted, top in ((10_000, 2_000, 385), (50, 50, 3), (500, 1, 40), (1_000, 999, 2)):
+        distance = rng.integers(0, top, size=count).astype(np.uint16)
+        chosen = vectors._closest(distance, wanted)
+        assert chosen.shape[0] == wanted == len(set(chosen.tolist()))
+        # every row closer than the farthest one kept is kept, and none farther
+        cut = int(np.sort(distance)[wanted - 1])
+        assert int(distance[chosen].max()) == cut
+        assert set(np.flatnonzero(distance < cut).tolist()) <= set(chosen.tolist())
+
+
 def test_a_toolkit_filter_that_admits_every_toolkit_ranks_as_no_filter_does() -> None:
     data = clustered(2_000)
     kits = np.arange(data.shape[0], dtype=np.int64) % 4
