@@ -82,5 +82,7 @@ def test_work_stays_linear_on_hostile_text() -> None:
     for text in ("and " * 25_000, "x" * 100_000, ". " * 50_000, "as well " * 12_500, "a b c. " * 14_000):
         started = time.perf_counter()
         asks = asks_of(text)
-        assert time.perf_counter() - started < 1.0
+        # Linear work takes milliseconds here; quadratic work on 100 KB would take minutes. The
+        # bound leaves room for a loaded machine (1.2 s seen with the suite on both cores).
+        assert time.perf_counter() - started < 5.0
         assert len(asks) <= MAX_ASKS
