@@ -23,6 +23,7 @@ from appliance.gateway.runtime import Runtime
 from appliance.gateway.searching import Ranking, search
 from appliance.models import Tool
 from appliance.search import metrics, usage
+from appliance.search.text import MAX_QUERY_CHARS
 
 # Logged searches that led to a call replayed by ``--from-usage``, newest first.
 USAGE_QUERIES = 5_000
@@ -39,6 +40,11 @@ def read_queries(data: bytes) -> list[dict[str, Any]]:
             raise InvalidParams(f"line {number}: not valid JSON", field=f"line {number}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("query"), str):
             raise InvalidParams(f"line {number}: needs a string 'query'", field=f"line {number}")
+        if (length := len(doc["query"])) > MAX_QUERY_CHARS:  # search would refuse it (search/text.py)
+            raise InvalidParams(
+                f"line {number}: query is {length} characters long; the limit is {MAX_QUERY_CHARS}",
+                field=f"line {number}",
+            )
         gold = doc.get("gold")
         if not isinstance(gold, list) or not gold or not all(isinstance(g, str) for g in gold):
             raise InvalidParams(

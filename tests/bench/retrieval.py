@@ -77,7 +77,8 @@ def _rate(fill: dict[str, float]) -> str:
 def evaluate(data: str, name: str, rankings: tuple[str, ...]) -> dict[str, dict[str, object]]:
     """Each ranking's figures; hybrid also without the query adapter (search/adapter.py), which
     was learned from these very dev queries: the cross-validated table is its held-out figure."""
-    queries = str(BENCH / name / "queries-dev.jsonl")
+    queries = os.path.join(data, "queries-dev.jsonl")
+    Path(queries).write_bytes(retrieval_cv.searchable(name))
     out = {rk: json.loads(toolspoke(data, "eval", queries, "--json", "--ranking", rk)) for rk in rankings}
     if "hybrid" in rankings:
         bare = toolspoke(data, "eval", queries, "--json", "--ranking", "hybrid", adapter=False)

@@ -61,6 +61,17 @@ class SetData:
     matrix: Any  # the catalogue's vectors (vectors.Matrix)
 
 
+def searchable(name: str) -> bytes:
+    """The set's dev queries file with each query cut to what search accepts, as an agent must
+    (``MAX_QUERY_CHARS``: one BFCL prompt is 4,737 characters; ``toolspoke eval`` refuses it)."""
+    from appliance.search.text import MAX_QUERY_CHARS
+
+    docs = [
+        json.loads(line) for line in (BENCH / name / "queries-dev.jsonl").read_text().splitlines() if line
+    ]
+    return b"".join(json.dumps({**d, "query": d["query"][:MAX_QUERY_CHARS]}).encode() + b"\n" for d in docs)
+
+
 def fold_of(query_id: str) -> int:
     """0 or 1, from a hash of the query id: deterministic, independent of file order."""
     return hashlib.blake2b(query_id.encode(), digest_size=8).digest()[0] & 1
@@ -107,7 +118,7 @@ async def gather(data: str, sets: Sequence[str], *, adapter: Any = "shipped") ->
         out: dict[str, SetData] = {}
         for name in sets:
             items = []
-            for line in (BENCH / name / "queries-dev.jsonl").read_text().splitlines():
+            for line in searchable(name).decode().splitlines():
                 if not line.strip():
                     continue
                 doc = json.loads(line)

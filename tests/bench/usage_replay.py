@@ -59,13 +59,9 @@ async def replay(data: str, name: str) -> dict[str, Any]:
     from appliance.gateway.runtime import Runtime
     from appliance.gateway.searching import search
     from appliance.models import Principal
-    from appliance.search.text import MAX_QUERY_CHARS
 
-    # A search takes at most MAX_QUERY_CHARS (a few bfcl-live prompts are longer): cut as an agent must.
-    items = [
-        {**i, "query": i["query"][:MAX_QUERY_CHARS]}
-        for i in read_queries((BENCH / name / "queries-dev.jsonl").read_bytes())
-    ]
+    # A search takes at most MAX_QUERY_CHARS (a bfcl-live prompt is longer): cut as an agent must.
+    items = read_queries(retrieval_cv.searchable(name))
     first = [i for i in items if retrieval_cv.fold_of(i["id"]) == 0]
     second = [i for i in items if retrieval_cv.fold_of(i["id"]) == 1]
     rt = Runtime(settings_for(None, data_dir=data))
