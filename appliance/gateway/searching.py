@@ -165,15 +165,15 @@ async def search(
             tools = await conn.batch(lambda r: store.tools_by_ids_in(r, [t for t, _ in top], scope=scope))
         return _lexical_outcome(rt, query, top, tools, "provider_unavailable")
 
-    # The learned query adapter (search/adapter.py): the request's vectors, never the tools'.
-    moved = query_adapter.for_model(model_id) if settings.search_query_adapter else None
-    if moved is not None:
-        qvec, ask_vecs = moved.apply_all(qvec, ask_vecs)
     boost = settings.search_usage_boost
 
     def second(reader: SyncReader) -> tuple[list[hybrid.Fused], list[Tool]]:
+        # The query adapter (search/adapter.py: this deployment's learned one, else the shipped
+        # one) moves the request's vectors, never the tools'.
+        moved = query_adapter.for_search_in(reader, model_id, enabled=settings.search_query_adapter)
+        vector, ask_vectors = (qvec, ask_vecs) if moved is None else moved.apply_all(qvec, ask_vecs)
         matrix = vectors.matrix_in(reader, model_id)
-        near = [] if matrix is None else vectors.nearest(matrix, qvec, k=depth, toolkit_ids=visible)
+        near = [] if matrix is None else vectors.nearest(matrix, vector, k=depth, toolkit_ids=visible)
         # The matrix holds every embedded tool, whatever its state; a few spare candidates make
         # up for pending or disabled ones, which loading drops.
         spare = n + SPARE
@@ -183,7 +183,7 @@ async def search(
             pairs = (
                 []
                 if matrix is None
-                else vectors.ask_lists(matrix, (lexical, near), ask_lexical, ask_vecs, k=hybrid.CANDIDATES)
+                else vectors.ask_lists(matrix, (lexical, near), ask_lexical, ask_vectors, k=hybrid.CANDIDATES)
             )
             ids = [t for hits in (lexical, near, *(h for pair in pairs for h in pair)) for t, _ in hits]
             kits = {} if matrix is None else vectors.groups_of(matrix, ids)

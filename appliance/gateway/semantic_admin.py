@@ -21,19 +21,23 @@ async def status(rt: Runtime) -> dict[str, Any]:
     sem = rt.semantic
     model_id = sem.model_id
 
-    def read(reader: Any) -> tuple[str | None, tuple[int, int]]:
+    def read(reader: Any) -> tuple[str | None, tuple[int, int], Any, dict[str, object] | None]:
         covered = vectors.coverage_in(reader, model_id) if model_id else (0, 0)
-        return vectors.semantic_switch_setting_in(reader), covered
+        moved = adapter.for_search_in(reader, model_id, enabled=rt.settings.search_query_adapter)
+        learned = adapter.learned_info_in(reader, model_id)
+        return vectors.semantic_switch_setting_in(reader), covered, moved, learned
 
     async with rt.db.read() as conn:
-        switch_value, (embedded, tools) = await conn.batch(read)
+        switch_value, (embedded, tools), moved, learned = await conn.batch(read)
     enabled = rt.settings.semantic_search if switch_value is None else switch_value != "off"
     return {
         "enabled": enabled,
         "provider": provider_kind(rt.settings),
         "model": model_id,
-        # whether searches move the request's vector by the learned adapter (search/adapter.py)
-        "query_adapter": rt.settings.search_query_adapter and adapter.for_model(model_id) is not None,
+        # whether searches move the request's vector by a query adapter (search/adapter.py), and
+        # the one this deployment learned (`toolspoke learn`), which then is the one used
+        "query_adapter": moved is not None,
+        "learned_adapter": learned,
         "embedded": embedded,
         "tools": tools,
         "breaker_open": sem.breaker_open(),

@@ -1,5 +1,6 @@
 """The query adapter: a learned linear map that moves a request's vector towards the tools such
-requests lead to. Pure numpy.
+requests lead to. Numpy, and the ``learned_adapters`` table (migration 0028) for one learned on
+this deployment (``gateway/learning.py``, ``toolspoke learn``), which replaces the shipped one.
 
 The bundled model (all-MiniLM-L6-v2) was trained on sentence pairs, not on requests and tool
 descriptions: "my three-year-old is throwing a tantrum" lands far from a learning-games app. The
@@ -25,11 +26,17 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import orjson
+
+from appliance.db import SyncReader, SyncWriter
+from appliance.search.vectors import Matrix, _dot, _rows
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +160,148 @@ def train(
         second = 0.999 * second + 0.001 * grad * grad
         a -= rate * (first / (1 - 0.9**step)) / (np.sqrt(second / (1 - 0.999**step)) + 1e-8)
     return a.astype(np.float32), loss
+
+
+# -- learning with a check on held-out halves (gateway/learning.py) -----------------------------
+
+# Requests that each learning half needs at least; fewer and the half is not scored.
+MIN_HALF = 10
+# The softmax runs over the tools the requests needed and each request's nearest, at most
+# CANDIDATES_MAX in all (those nearest to most requests first): 200 steps over 1,000 requests x
+# 8,000 tools is about a minute on one core, whatever the catalogue's size.
+NEAREST = 50
+CANDIDATES_MAX = 8_000
+
+
+def fit(
+    matrix: Matrix, queries: Sequence[np.ndarray], gold: Sequence[Sequence[int]], halves: Sequence[int]
+) -> tuple[np.ndarray, float, dict[str, object]]:
+    """A learned from every request (``gold``: rows of ``matrix`` each needed), its loss, and the
+    check: an adapter learned on each half (``halves``: 0 or 1 per request) scores the other
+    half, the semantic MRR of the needed tools with and without it."""
+    every = _rows(matrix, slice(None))
+    needed: set[int] = {r for rows in gold for r in rows}
+    near: Counter[int] = Counter()
+    for q in queries:
+        scores = _dot(every, np.asarray(q, dtype=np.float32))
+        near.update(np.argpartition(-scores, min(NEAREST, scores.shape[0] - 1))[:NEAREST].tolist())
+    room = max(0, CANDIDATES_MAX - len(needed))
+    others = [r for r, _ in near.most_common() if r not in needed][:room]
+    rows = np.array(sorted(needed | set(others)))
+    where = {int(r): i for i, r in enumerate(rows)}
+    tools = every[rows]
+    vectors = np.stack([np.asarray(q, dtype=np.float32) for q in queries])
+    local = [[where[r] for r in g] for g in gold]
+
+    def part(h: int | None) -> Examples:
+        keep = [i for i, x in enumerate(halves) if h is None or x == h]
+        return Examples(vectors[keep], [local[i] for i in keep], tools)
+
+    before: list[float] = []
+    after: list[float] = []
+    for h in (0, 1):
+        learn_on, score_on = part(h), part(1 - h)
+        if len(learn_on.gold) < MIN_HALF or not score_on.gold:
+            continue
+        moved = QueryAdapter(train([learn_on])[0], "")
+        for q, its in zip(score_on.queries, score_on.gold, strict=True):
+            before.append(_reciprocal_rank(tools, q, its))
+            after.append(_reciprocal_rank(tools, moved.apply(q), its))
+    learnt, loss = train([part(None)])
+    held_out: dict[str, object] = {
+        "queries": len(before),
+        "mrr_without": round(float(np.mean(before)), 4) if before else None,
+        "mrr_with": round(float(np.mean(after)), 4) if after else None,
+    }
+    return learnt, loss, held_out
+
+
+def _reciprocal_rank(tools: np.ndarray, query: np.ndarray, needed: Sequence[int]) -> float:
+    scores = tools @ query
+    best = max(scores[list(needed)])
+    return 1.0 / (1 + int((scores > best).sum()))
+
+
+# -- one learned on this deployment ---------------------------------------------------------------
+
+# This process's learned adapters by model id, with the time each was learned: a search reads
+# only that time (one primary-key lookup) and loads the matrix again when it changed.
+_LEARNED: dict[str, tuple[float, QueryAdapter]] = {}
+
+
+def learned_in(conn: SyncReader, model_id: str) -> QueryAdapter | None:
+    """The adapter learned on this deployment for ``model_id`` vectors, or None."""
+    row = conn.one("SELECT learned_at FROM learned_adapters WHERE model_id = ?", (model_id,))
+    if row is None:
+        return None
+    cached = _LEARNED.get(model_id)
+    if cached is not None and cached[0] == float(row[0]):
+        return cached[1]
+    full = conn.one("SELECT dim, matrix, learned_at FROM learned_adapters WHERE model_id = ?", (model_id,))
+    if full is None:
+        return None
+    dim = int(full[0])
+    matrix = np.frombuffer(bytes(full[1]), dtype=np.float32).reshape(dim, dim).copy()
+    adapter = QueryAdapter(matrix, model_id)
+    _LEARNED[model_id] = (float(full[2]), adapter)
+    return adapter
+
+
+def for_search_in(conn: SyncReader, model_id: str | None, *, enabled: bool) -> QueryAdapter | None:
+    """What a search with ``model_id`` vectors moves its request by: this deployment's learned
+    adapter, else the shipped one when it is for this model; None when ``enabled`` is off."""
+    if not enabled or model_id is None:
+        return None
+    return learned_in(conn, model_id) or for_model(model_id)
+
+
+def save_in(
+    w: SyncWriter,
+    model_id: str,
+    matrix: np.ndarray,
+    *,
+    examples: int,
+    source: str,
+    held_out: dict[str, object],
+) -> None:
+    dim = int(matrix.shape[0])
+    w.run(
+        "INSERT INTO learned_adapters (model_id, dim, matrix, examples, source, held_out, learned_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (model_id) DO UPDATE SET dim = excluded.dim,"
+        " matrix = excluded.matrix, examples = excluded.examples, source = excluded.source,"
+        " held_out = excluded.held_out, learned_at = excluded.learned_at",
+        (
+            model_id,
+            dim,
+            np.ascontiguousarray(matrix, dtype=np.float32).tobytes(),
+            examples,
+            source,
+            orjson.dumps(held_out).decode(),
+            time.time(),
+        ),
+    )
+
+
+def forget_in(w: SyncWriter, model_id: str) -> bool:
+    """Drop this deployment's adapter for ``model_id``; whether there was one."""
+    if w.one("SELECT 1 FROM learned_adapters WHERE model_id = ?", (model_id,)) is None:
+        return False
+    w.run("DELETE FROM learned_adapters WHERE model_id = ?", (model_id,))
+    return True
+
+
+def learned_info_in(conn: SyncReader, model_id: str | None) -> dict[str, object] | None:
+    """What ``semantic status`` says of this deployment's adapter (never its matrix)."""
+    if model_id is None:
+        return None
+    row = conn.one(
+        "SELECT examples, source, held_out, learned_at FROM learned_adapters WHERE model_id = ?", (model_id,)
+    )
+    if row is None:
+        return None
+    return {
+        "examples": int(row[0]),
+        "source": str(row[1]),
+        "held_out": orjson.loads(row[2]),
+        "learned_at": row[3],
+    }

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from appliance.search import adapter
+from appliance.search import adapter, vectors
 from appliance.search.adapter import Examples, QueryAdapter
 from appliance.search.embedders import LocalEmbedder
 from appliance.search.vectors import document_text
@@ -131,3 +131,45 @@ def test_the_shipped_adapter_ranks_the_requests_it_learned_from_better_with_the_
             ranks[kind].append(int((scores > scores[gold]).sum()) + 1)
     mrr = {kind: float(np.mean([1 / r for r in rs])) for kind, rs in ranks.items()}
     assert mrr["moved"] > mrr["raw"] + 0.05, mrr
+
+
+def deployment(
+    tools: int, requests: int, seed: int = 2
+) -> tuple[vectors.Matrix, np.ndarray, list[list[int]]]:
+    """Requests that sit near a fixed rotation of the tool they need."""
+    rng = np.random.default_rng(seed)
+    dim = 32
+    rows = unit(rng.normal(size=(tools, dim)))
+    twist = np.linalg.qr(rng.normal(size=(dim, dim)))[0]
+    gold = [int(g) for g in rng.integers(0, tools, size=requests)]
+    queries = unit(rows[gold] @ twist + 0.05 * rng.normal(size=(requests, dim)))
+    ids = np.arange(1, tools + 1, dtype=np.int64)
+    kits = np.zeros(tools, dtype=np.int64)
+    return vectors.Matrix("1", ids, kits, kits.copy(), rows), queries, [[g] for g in gold]
+
+
+def test_fitting_on_a_deployment_keeps_to_its_candidate_budget_and_checks_itself_on_held_out_halves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    matrix, queries, gold = deployment(tools=3_000, requests=200)
+    monkeypatch.setattr(adapter, "CANDIDATES_MAX", 500)
+    seen: list[int] = []
+    real = adapter.train
+
+    def counting(sets: list[adapter.Examples], **kw: object) -> tuple[np.ndarray, float]:
+        seen.append(sets[0].tools.shape[0])
+        return real(sets, steps=150, rate=1e-2, decay=1e-4)
+
+    monkeypatch.setattr(adapter, "train", counting)
+    halves = [i % 2 for i in range(len(gold))]
+    learnt, loss, held = adapter.fit(matrix, list(queries), gold, halves)
+    # every needed tool is a candidate, and no more than the budget in all
+    assert seen and all(n <= 500 for n in seen) and seen[-1] >= len({g[0] for g in gold})
+    assert held["queries"] > 0 and held["mrr_with"] > held["mrr_without"] + 0.2, held
+    assert learnt.shape == (32, 32) and loss < 1.0
+    # what search does with it: the needed tool comes first for most requests
+    moved = adapter.QueryAdapter(learnt, "")
+    first = sum(
+        int(np.argmax(matrix.vectors @ moved.apply(q))) == g[0] for q, g in zip(queries, gold, strict=True)
+    )
+    assert first > 0.8 * len(gold)
