@@ -142,3 +142,53 @@ def test_learning_from_the_usage_log_takes_each_search_that_led_to_a_call(
     assert report["source"] == "usage" and report["examples"] == len(requests)
     assert status(data)["learned_adapter"]["source"] == "usage"
     ok(cli(data, "learn", "--forget", env=ENV))
+
+
+def test_a_deployment_on_an_openai_compatible_provider_learns_one_for_that_provider_s_vectors(
+    tmp_path: Path,
+) -> None:
+    """The shipped adapter is for the bundled model only; one learned here is for whatever
+    provider embeds this catalogue (a real HTTP endpoint on loopback)."""
+    from tests.support.embeddings_server import EmbeddingsServer
+
+    tools = [
+        ("office", "build_deck", "Build a slide deck."),
+        ("weather", "get_forecast", "Weather forecast."),
+    ]
+    catalogue = tmp_path / "c.jsonl"
+    catalogue.write_text(
+        "".join(
+            json.dumps({"toolkit": k, "name": n, "description": d, "input_schema": {"type": "object"}}) + "\n"
+            for k, n, d in tools
+        )
+    )
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(
+        "".join(
+            json.dumps({"query": f"{verb} please {i}", "gold": [gold]}) + "\n"
+            for i in range(15)
+            for verb, gold in (
+                ("slides for the review", "office/build_deck"),
+                ("rain tomorrow", "weather/get_forecast"),
+            )
+        )
+    )
+    data = tmp_path / "data"
+    with EmbeddingsServer() as server:
+        env = {
+            **ENV,
+            "TOOLSPOKE_EMBEDDINGS": "openai",
+            "TOOLSPOKE_EMBEDDINGS_URL": server.base_url,
+            "TOOLSPOKE_EMBEDDINGS_MODEL": "bow",
+        }
+        ok(cli(data, "init", env=env))
+        ok(cli(data, "import", "catalog", str(catalogue), "--slug", "kit", env=env))
+        ok(cli(data, "backfill", env=env))
+        before = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
+        assert before["query_adapter"] is False and before["learned_adapter"] is None
+        report = json.loads(ok(cli(data, "learn", str(queries), "--json", env=env)))
+        assert report["model"].startswith("http/bow") and report["examples"] == 30
+        after = json.loads(ok(cli(data, "semantic", "status", "--json", env=env)))
+        assert after["query_adapter"] is True and after["learned_adapter"]["examples"] == 30
+        found = json.loads(ok(cli(data, "search", "slides for the review please", "--json", env=env)))
+        assert found["ranking"] == "hybrid" and found["results"][0]["name"] == "kit__office_build_deck"
