@@ -58,12 +58,23 @@ def status(data: Path) -> dict[str, Any]:
     return dict(json.loads(ok(cli(data, "semantic", "status", "--json", env=ENV))))
 
 
+# Five evaluations of 230 requests and a learning: about 25 s alone, more beside the suite.
+@pytest.mark.timeout(150)
 def test_an_adapter_learned_from_half_the_requests_lifts_the_other_half_and_forgetting_restores_the_shipped(
     data: Path, tmp_path: Path
 ) -> None:
     learn_on, score_on = halves(tmp_path)
     shipped = ndcg(data, score_on)
     without = ndcg(data, score_on, TOOLSPOKE_SEARCH_QUERY_ADAPTER="false")
+    try:
+        learned_then_forgotten(data, learn_on, score_on, shipped, without)
+    finally:  # the other tests share the data directory
+        cli(data, "learn", "--forget", env=ENV)
+
+
+def learned_then_forgotten(
+    data: Path, learn_on: Path, score_on: Path, shipped: float, without: float
+) -> None:
     report = json.loads(ok(cli(data, "learn", str(learn_on), "--json", env=ENV)))
     assert report["source"] == "queries" and report["examples"] == len(learn_on.read_text().splitlines())
     assert report["skipped"] == 0 and report["model"].startswith("local/all-MiniLM-L6-v2-int8@")
@@ -138,10 +149,12 @@ def test_learning_from_the_usage_log_takes_each_search_that_led_to_a_call(
         finally:
             await rt.close()
 
-    report = asyncio.run(main())
-    assert report["source"] == "usage" and report["examples"] == len(requests)
-    assert status(data)["learned_adapter"]["source"] == "usage"
-    ok(cli(data, "learn", "--forget", env=ENV))
+    try:
+        report = asyncio.run(main())
+        assert report["source"] == "usage" and report["examples"] == len(requests)
+        assert status(data)["learned_adapter"]["source"] == "usage"
+    finally:  # the other tests share the data directory
+        ok(cli(data, "learn", "--forget", env=ENV))
 
 
 def test_a_deployment_on_an_openai_compatible_provider_learns_one_for_that_provider_s_vectors(
