@@ -14,6 +14,7 @@ is not replayed). Misses have no known relevant tool, so they are counted, not s
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import orjson
@@ -58,6 +59,17 @@ def read_queries(data: bytes) -> list[dict[str, Any]]:
 
 def _keys(tool: Tool) -> tuple[str, ...]:
     return (f"{tool.group}/{tool.upstream_name}", f"{tool.toolkit}/{tool.upstream_name}", tool.name)
+
+
+def rows_by_key(ids: Sequence[int], tools: Iterable[Tool]) -> dict[str, int]:
+    """Each gold key (``_keys``) of ``tools`` -> its tool's position in ``ids`` (a vector
+    matrix's ids); the first tool in ``ids`` order keeps a key two tools share."""
+    position = {int(t): i for i, t in enumerate(ids)}
+    out: dict[str, int] = {}
+    for tool in sorted((t for t in tools if t.id in position), key=lambda t: position[t.id]):
+        for key in _keys(tool):
+            out.setdefault(key, position[tool.id])
+    return out
 
 
 def _ranked(tools: list[Tool], gold: set[str]) -> list[str]:

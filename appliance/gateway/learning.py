@@ -21,7 +21,7 @@ from typing import Any
 from appliance.catalogue import store
 from appliance.errors import InvalidParams, UpstreamError
 from appliance.gateway.backfill import BATCH
-from appliance.gateway.evaluation import USAGE_QUERIES, _keys
+from appliance.gateway.evaluation import USAGE_QUERIES, rows_by_key
 from appliance.gateway.runtime import Runtime
 from appliance.search import adapter, usage, vectors
 from appliance.search.embedders import EmbeddingError
@@ -74,11 +74,7 @@ async def _learn(rt: Runtime, pairs: list[tuple[str, set[str]]], source: str) ->
             )
         ids = [int(i) for i in matrix.ids]
         tools = await conn.batch(lambda r: store.tools_by_ids_in(r, ids))
-    row_of = {int(t): row for row, t in enumerate(matrix.ids)}
-    key_row: dict[str, int] = {}
-    for tool in tools:
-        for key in _keys(tool):
-            key_row.setdefault(key, row_of[tool.id])
+    key_row = rows_by_key(ids, tools)
     examples = [(q, sorted({key_row[g] for g in gold if g in key_row})) for q, gold in pairs]
     usable = [(q, rows) for q, rows in examples if rows][-MAX_EXAMPLES:]
     if len(usable) < MIN_EXAMPLES:

@@ -166,14 +166,10 @@ def examples(data: SetData, half: int | None) -> Any:
     """The queries of ``half`` (None: all) as the adapter's training examples."""
     import numpy as np
 
-    from appliance.gateway.evaluation import _keys
+    from appliance.gateway.evaluation import rows_by_key
     from appliance.search.adapter import Examples
 
-    row_of: dict[str, int] = {}
-    for row, tool_id in enumerate(data.matrix.ids):
-        tool = data.tools.get(int(tool_id))
-        for key in _keys(tool) if tool is not None else ():
-            row_of.setdefault(key, row)
+    row_of = rows_by_key([int(i) for i in data.matrix.ids], data.tools.values())
     queries, gold = [], []
     for item in data.items:
         rows = [row_of[k] for k in sorted(item.gold) if k in row_of]
